@@ -1,0 +1,32 @@
+# Two entry points for a newcomer: `make repro` (set up, then run the whole pipeline)
+# and `make test` (set up, then run the tests). Both create .venv on first use.
+VENV ?= .venv
+BIN := $(abspath $(VENV))/bin
+export PATH := $(BIN):$(PATH)
+
+.PHONY: setup repro test bench pipeline clean-venv
+
+setup: $(VENV)/.installed
+
+# torch first, from the pinned CPU wheel (an unpinned torch pulls GBs of CUDA packages),
+# then the project with every transitive version pinned by constraints.txt.
+$(VENV)/.installed: pyproject.toml constraints.txt
+	python3 -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet torch==2.13.0
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[test]"
+	touch $@
+
+repro: setup
+	dvc repro
+
+test: setup
+	pytest
+
+bench: setup
+	python benchmarks/masking.py
+
+pipeline: setup
+	python -m flows.pipeline
+
+clean-venv:
+	rm -rf $(VENV)
