@@ -1,0 +1,34 @@
+"""Artifact paths, relative to the project root (the same paths ``dvc.yaml`` declares).
+
+``corpora/``, ``data/`` and ``models/`` hold DVC-cached artifacts (git-ignored);
+``metrics/`` holds small JSON/CSV files that git tracks so that
+``dvc metrics diff`` and ``dvc plots diff`` work between commits.
+"""
+
+from pathlib import Path
+
+RAW = Path("corpora/raw")
+MANIFEST = Path("corpora/manifest.json")
+
+DOWNSTREAM = Path("data/downstream")
+EVAL_TEXTS = DOWNSTREAM / "eval_texts.parquet"
+CORPUS = Path("data/corpus/sentences.parquet")
+SEGMENTED = Path("data/segmented/sentences.parquet")
+TOKENS = Path("data/tokens/sentences.parquet")
+TOKENIZER = Path("models/tokenizer")
+PRETRAINING = Path("data/pretraining")
+MODELS = Path("models")
+PREDICTIONS = Path("results/finetune")
+
+METRICS = Path("metrics")
+CHECKPOINTS = Path("checkpoints")
+REPORTS = Path("reports")
+
+
+def downstream_split(task: str, split: str) -> Path:
+    return DOWNSTREAM / task / f"{split}.parquet"
+
+
+def stage_metrics(stage: str, name: str | None = None, suffix: str = ".json") -> Path:
+    """``metrics/<stage>.json`` or, for a per-item stage, ``metrics/<stage>/<name>.json``."""
+    return METRICS / (f"{stage}{suffix}" if name is None else f"{stage}/{name}{suffix}")

@@ -1,0 +1,59 @@
+"""params.yaml validation: bad names and impossible settings fail at start, clearly."""
+
+import pytest
+import yaml
+
+from tasks.errors import ParamsError
+from tasks.params import load_params
+
+
+@pytest.fixture
+def raw():
+    with open("params.yaml", encoding="utf-8") as f:
+        return yaml.safe_load(f)
+
+
+def write(tmp_path, data):
+    path = tmp_path / "params.yaml"
+    path.write_text(yaml.safe_dump(data, allow_unicode=True), encoding="utf-8")
+    return path
+
+
+def test_repository_params_are_valid():
+    params = load_params()
+    assert set(params.objectives) >= {"mlm", "wwm"}
+    assert params.tokenizer.vocab in params.sources
+
+
+def test_unknown_masking_scheme(tmp_path, raw):
+    raw["objectives"]["bogus"] = {"masking": "span"}
+    with pytest.raises(ParamsError, match=r"objectives.bogus.masking: unknown masking scheme 'span'; known: mlm, wwm"):
+        load_params(write(tmp_path, raw))
+
+
+def test_unknown_objective_name():
+    with pytest.raises(ParamsError, match=r"unknown objective 'perlmx'; params.yaml declares: mlm, wwm"):
+        load_params().objective("perlmx")
+
+
+def test_replacement_must_sum_to_one(tmp_path, raw):
+    raw["pretraining_data"]["replacement"] = {"mask": 0.8, "random": 0.2, "keep": 0.1}
+    with pytest.raises(ParamsError, match=r"pretraining_data.replacement: mask \+ random \+ keep must sum to 1, got 1.1"):
+        load_params(write(tmp_path, raw))
+
+
+def test_typo_in_a_key(tmp_path, raw):
+    raw["pretrain"]["learning_rat"] = 1e-3
+    with pytest.raises(ParamsError, match="pretrain.learning_rat: Extra inputs are not permitted"):
+        load_params(write(tmp_path, raw))
+
+
+def test_dangling_source(tmp_path, raw):
+    raw["corpus"]["inputs"][0]["source"] = "nowhere"
+    with pytest.raises(ParamsError, match=r"corpus.inputs\[0\].source: no source named 'nowhere'"):
+        load_params(write(tmp_path, raw))
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(ParamsError, match="parameter file not found"):
+        load_params(tmp_path / "none.yaml")
