@@ -1,0 +1,26 @@
+"""Stage ``acquire``: materialise every declared source into ``corpora/raw`` with a manifest."""
+
+import sys
+
+from prefect import flow
+
+from tasks import paths
+from tasks.acquire import acquire_source
+from tasks.io import atomic_outputs, write_json
+from tasks.params import load_params
+from tasks.stage import run_stage
+
+
+@flow(name="acquire")
+def acquire() -> None:
+    params = load_params()
+    with atomic_outputs(paths.RAW, paths.MANIFEST) as (raw, manifest):
+        futures = [acquire_source.submit(name, spec, raw) for name, spec in sorted(params.sources.items())]
+        entries = [entry for future in futures for entry in future.result()]
+        for entry in entries:
+            entry["path"] = (paths.RAW / entry["source"] / entry["file"]).as_posix()
+        write_json(manifest, {"files": entries})
+
+
+if __name__ == "__main__":
+    run_stage(acquire, *sys.argv[1:])
