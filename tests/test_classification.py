@@ -1,0 +1,79 @@
+"""Sentiment data preparation, encoding, metrics and seed aggregation."""
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from transformers import BertTokenizerFast
+
+from tasks.classification import (EncodedClassification, classification_metrics, deduplicate,
+                                  read_polarity_lines, split_examples, split_table)
+from tasks.errors import SourceError
+from tasks.finetune import summarize
+
+
+def test_dedupe_collapses_duplicates_and_drops_conflicts(tmp_path):
+    (tmp_path / "pos.txt").write_text("很好\n很好\n一般般\n\n不错！\n", encoding="utf-8")
+    (tmp_path / "neg.txt").write_text("很差\n一般般\n很差\n", encoding="utf-8")
+    records = read_polarity_lines({1: tmp_path / "pos.txt", 0: tmp_path / "neg.txt"})
+    examples, stats = deduplicate(records)
+    assert examples == [("不错！", 1), ("很好", 1), ("很差", 0)]
+    assert stats == {"lines": 7, "unique_texts": 4, "duplicate_lines": 3, "conflicting_texts_dropped": 1,
+                     "examples": 3}
+
+
+def test_bad_encoding_names_file_and_line(tmp_path):
+    (tmp_path / "pos.txt").write_bytes("好\n".encode() + b"\xc3\x28\n")
+    with pytest.raises(SourceError, match=r"pos.txt:2: not valid UTF-8"):
+        read_polarity_lines({1: tmp_path / "pos.txt"})
+
+
+def test_split_is_seeded_disjoint_and_complete():
+    examples = [(f"t{i}", i % 2) for i in range(1000)]
+    a = split_examples(examples, 0.1, 0.1, seed=5)
+    assert split_examples(examples, 0.1, 0.1, seed=5) == a
+    assert split_examples(examples, 0.1, 0.1, seed=6) != a
+    assert {k: len(v) for k, v in a.items()} == {"dev": 100, "test": 100, "train": 800}
+    assert sorted(x for v in a.values() for x in v) == sorted(examples)
+    with pytest.raises(SourceError, match="too few"):
+        split_examples(examples[:3], 0.1, 0.1, seed=5)
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    vocab = {t: i for i, t in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "好", "很", "差", "不", "错"])}
+    return BertTokenizerFast(vocab=vocab, do_lower_case=True, tokenize_chinese_chars=True)
+
+
+def test_encoding_and_batches(tokenizer):
+    table = split_table("t", [("很好", 1), ("很差不错很好", 0)])
+    enc = EncodedClassification.encode(table, tokenizer, max_length=5)
+    b = enc.batch(np.array([1, 0]))
+    assert b["input_ids"].tolist() == [[2, 6, 7, 8, 3], [2, 6, 5, 3, 0]]  # truncated to 5, padded
+    assert b["attention_mask"].tolist() == [[1, 1, 1, 1, 1], [1, 1, 1, 1, 0]]
+    assert b["labels"].tolist() == [0, 1]
+    assert (b["token_type_ids"] == 0).all()
+
+
+def test_sentence_pairs_get_segment_ids(tokenizer):
+    table = pa.table({"id": ["a"], "text_a": ["很好"], "text_b": ["不错"], "label": [1]})
+    b = EncodedClassification.encode(table, tokenizer, 16).batch(np.array([0]))
+    assert b["input_ids"].tolist() == [[2, 6, 5, 3, 8, 9, 3]]
+    assert b["token_type_ids"].tolist() == [[0, 0, 0, 0, 1, 1, 1]]
+
+
+def test_metrics_hand_worked():
+    labels = np.array([1, 1, 1, 0, 0, 0])
+    preds = np.array([1, 1, 0, 0, 0, 1])
+    m = classification_metrics(labels, preds)
+    assert m["accuracy"] == pytest.approx(4 / 6)
+    # class 1: P=2/3 R=2/3 F1=2/3; class 0: same -> macro 2/3
+    assert m["macro_f1"] == pytest.approx(2 / 3)
+    m = classification_metrics(np.array([1, 1, 1, 0]), np.array([1, 1, 1, 1]))
+    assert m["macro_f1"] == pytest.approx((0.0 + 6 / 7) / 2)
+
+
+def test_summarize():
+    s = summarize([0.8, 0.9, 0.85])
+    assert s["mean"] == pytest.approx(0.85) and s["max"] == 0.9 and s["min"] == 0.8 and s["n"] == 3
+    assert s["std"] == pytest.approx(0.05)
+    assert summarize([0.7])["std"] == 0.0

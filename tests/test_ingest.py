@@ -1,0 +1,110 @@
+"""Normalisation, sentence splitting, People's Daily parsing and corpus building."""
+
+from pathlib import Path
+
+import pytest
+
+from tasks.errors import SourceError
+from tasks.ingest import build_corpus, read_documents, read_peoples_daily
+from tasks.text import join_words, normalise, split_sentences
+
+PD_SAMPLE = (
+    "迈向/v  充满/v  希望/n  的/u  新/a  世纪/n  （/w  附/v  图片/n  １/m  张/q  ）/w\n"
+    "（/w  一九九七年/t  十二月/t  三十一日/t  ）/w\n"
+    "１２月/t  ３１日/t  ，/w  江/nr  泽民/nr  发表/v  讲话/n  。/w  （/w  新华社/nt  记者/n  摄/Vg  ）/w\n"
+    "同胞/n  们/k  ：/w\n"
+    "北京/ns  举行/v  音乐会/n\n"
+    "今晚/t  的/u  长安街/ns  流光溢彩/l  。/w  观众/n  说/v  ：/w  “/w  好/a  ！/w  ”/w\n"
+)
+
+
+def test_normalise():
+    assert normalise("  １９９８年\u200b\tＡＢ  好\x07 ") == "1998年 AB 好"
+    assert normalise("，。！“”") == "，。！“”"  # Chinese punctuation is kept
+    assert normalise("\u3000\u3000") == ""
+
+
+def test_split_sentences_keeps_punctuation_and_closing_quotes():
+    assert split_sentences("他说：“好。”然后走了！还有") == ["他说：“好。”", "然后走了！", "还有"]
+    assert split_sentences("真的吗？？是的……好；") == ["真的吗？？", "是的……", "好；"]
+    assert split_sentences("") == []
+
+
+def test_join_words_spaces_only_between_ascii_alphanumerics():
+    assert join_words(["访问", "www", "网站", "Windows", "98"]) == "访问www网站Windows 98"
+
+
+def test_peoples_daily_strips_tags_and_groups_articles(tmp_path):
+    path = tmp_path / "pd.txt"
+    path.write_text(PD_SAMPLE, encoding="utf-8")
+    docs = list(read_peoples_daily(path))
+    assert len(docs) == 2
+    assert docs[0][0] == "迈向充满希望的新世纪（附图片１张）"
+    assert docs[0][2] == "１２月３１日，江泽民发表讲话。（新华社记者摄）"
+    assert docs[1][0] == "北京举行音乐会"
+    assert all("/" not in p for d in docs for p in d)
+
+
+def test_peoples_daily_bad_token_names_file_and_line(tmp_path):
+    path = tmp_path / "pd.txt"
+    path.write_text("好/a  的/u\n坏的  句子/n\n", encoding="utf-8")
+    with pytest.raises(SourceError, match=r"pd.txt:2: token '坏的' is not in word/POS format"):
+        list(read_peoples_daily(path))
+
+
+def test_invalid_utf8_names_the_line(tmp_path):
+    path = tmp_path / "c.txt"
+    path.write_bytes("第一行\n".encode() + b"\xff\xfe bad\n")
+    with pytest.raises(SourceError, match=r"c.txt:2: not valid UTF-8"):
+        list(read_documents(path, "txt"))
+
+
+@pytest.mark.parametrize("name,content,fmt", [
+    ("c.jsonl", '{"text": "一。"}\n{"text": "二。"}\n', "auto"),
+    ("c.csv", "id,text\n1,一。\n2,二。\n", "auto"),
+    ("c.txt", "一。\n\n二。\n", "txt"),
+])
+def test_local_formats(tmp_path, name, content, fmt):
+    path = tmp_path / name
+    path.write_text(content, encoding="utf-8")
+    assert list(read_documents(path, fmt)) == [["一。"], ["二。"]]
+
+
+def test_parquet_format(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"body": ["一。", None, "二。"]}), tmp_path / "c.parquet")
+    assert list(read_documents(tmp_path / "c.parquet", "auto", "body")) == [["一。"], ["二。"]]
+
+
+def test_malformed_records_name_the_line(tmp_path):
+    (tmp_path / "c.jsonl").write_text('{"text": "一"}\n{"text": \n', encoding="utf-8")
+    with pytest.raises(SourceError, match=r"c.jsonl:2: invalid JSON"):
+        list(read_documents(tmp_path / "c.jsonl", "jsonl"))
+    (tmp_path / "d.jsonl").write_text('{"body": "一"}\n', encoding="utf-8")
+    with pytest.raises(SourceError, match=r"d.jsonl:1: record has no string field 'text'"):
+        list(read_documents(tmp_path / "d.jsonl", "jsonl"))
+    (tmp_path / "e.csv").write_text("id,body\n1,x\n", encoding="utf-8")
+    with pytest.raises(SourceError, match=r"e.csv:1: CSV header has no column 'text'"):
+        list(read_documents(tmp_path / "e.csv", "csv"))
+    with pytest.raises(SourceError, match="cannot tell the format"):
+        read_documents(Path("x.bin"), "auto")
+
+
+def test_build_corpus_dedupes_filters_and_counts():
+    docs = [["今天天气很好。我们去公园。"], ["  "], ["今天天气很好。我们去公园。"],
+            ["这是测试集的句子。但这句不是。", "好"], ["这是测试集的句子。"]]
+    table, stats = build_corpus([("src", "zh", docs)], eval_sentences={"这是测试集的句子。"}, min_sentence_chars=2)
+    assert table.column("text").to_pylist() == ["今天天气很好。", "我们去公园。", "但这句不是。"]
+    assert table.column("doc_id").to_pylist() == ["src-000000", "src-000000", "src-000001"]
+    assert table.column("sent_id").to_pylist() == [0, 1, 0]
+    d = stats.to_dict()
+    assert d["languages"]["zh"] == {"documents": 2, "sentences": 3, "characters": 7 + 6 + 6}
+    assert d["dropped"] == {"empty_documents": 2, "duplicate_documents": 1, "eval_overlap_sentences": 2,
+                            "short_sentences": 1}
+
+
+def test_empty_corpus_names_the_sources():
+    with pytest.raises(SourceError, match="empty corpus.*source\\(s\\) a, b"):
+        build_corpus([("a", "zh", [["  "]]), ("b", "zh", [])], set(), 2)
