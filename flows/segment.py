@@ -1,0 +1,35 @@
+"""Stage ``segment``: jieba word segmentation of the corpus (every core)."""
+
+import sys
+import time
+
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from prefect import flow, get_run_logger
+
+from tasks import paths
+from tasks.io import atomic_outputs, write_json, write_parquet
+from tasks.params import load_params
+from tasks.segment import add_words
+from tasks.stage import run_stage, stage_task
+
+
+@flow(name="segment")
+def segment() -> None:
+    params = load_params().segment
+    corpus = pq.read_table(paths.CORPUS)
+    start = time.perf_counter()
+    table = stage_task(add_words)(corpus, hmm=params.hmm, user_dict=params.user_dict, workers=params.workers)
+    wall = time.perf_counter() - start
+    chars = pc.sum(pc.utf8_length(corpus.column("text"))).as_py()
+    words = pc.sum(pc.list_value_length(table.column("words"))).as_py()
+    stats = {"sentences": table.num_rows, "characters": chars, "words": words, "mean_word_chars": chars / words,
+             "workers": params.workers, "wall_sec": round(wall, 2), "chars_per_sec": round(chars / wall)}
+    get_run_logger().info(f"segment: {stats}")
+    with atomic_outputs(paths.SEGMENTED, paths.stage_metrics("segment")) as (out, metrics):
+        write_parquet(out, table)
+        write_json(metrics, stats)
+
+
+if __name__ == "__main__":
+    run_stage(segment, *sys.argv[1:])

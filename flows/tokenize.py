@@ -1,0 +1,38 @@
+"""Stage ``tokenize``: build the WordPiece tokenizer; sentences -> token ids and word ids."""
+
+import sys
+
+import pyarrow.parquet as pq
+from prefect import flow, get_run_logger
+
+from tasks import paths
+from tasks.acquire import source_file
+from tasks.io import atomic_outputs, write_json, write_parquet
+from tasks.params import load_params
+from tasks.stage import run_stage, stage_task
+from tasks.tokenization import load_vocab_tokenizer, tokens_table, train_tokenizer, vocab_stats
+
+
+@stage_task
+def build_tokenizer(params, texts: list[str]):
+    if params.vocab == "train":
+        return train_tokenizer(texts, params.train_vocab_size, params.train_min_frequency)
+    return load_vocab_tokenizer(source_file(paths.RAW, params.vocab, "vocab.txt"))
+
+
+@flow(name="tokenize")
+def tokenize() -> None:
+    params = load_params().tokenizer
+    segmented = pq.read_table(paths.SEGMENTED)
+    tokenizer = build_tokenizer(params, segmented.column("text").to_pylist())
+    tokens = stage_task(tokens_table)(segmented, tokenizer)
+    stats = vocab_stats(tokenizer, tokens.column("input_ids"), sum(map(len, segmented.column("text").to_pylist())))
+    get_run_logger().info(f"tokens: {stats}")
+    with atomic_outputs(paths.TOKENIZER, paths.TOKENS, paths.stage_metrics("tokenize")) as (tok, out, metrics):
+        tokenizer.save_pretrained(tok)
+        write_parquet(out, tokens)
+        write_json(metrics, stats)
+
+
+if __name__ == "__main__":
+    run_stage(tokenize, *sys.argv[1:])
