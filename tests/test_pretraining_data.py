@@ -1,0 +1,84 @@
+"""Packing never crosses documents and keeps words; shards are deterministic and decode back."""
+
+import numpy as np
+import pyarrow.parquet as pq
+
+from tasks.masking import MaskingConfig
+from tasks.pretraining_data import pack_documents, read_shards, write_masked_shards
+
+CLS, SEP, MASK = 101, 102, 103
+
+
+def sentences(n_docs=40, seed=0):
+    rng = np.random.default_rng(seed)
+    doc_ids, ids, words = [], [], []
+    for d in range(n_docs):
+        for _ in range(int(rng.integers(1, 8))):
+            n = int(rng.integers(1, 60))
+            ids.append(rng.integers(1000, 2000, n).astype(np.int32))
+            words.append(np.sort(rng.integers(0, max(1, n // 2), n)).astype(np.int32))
+            doc_ids.append(f"d{d}")
+    return doc_ids, ids, words
+
+
+def test_packing_respects_documents_length_and_order():
+    doc_ids, ids, words = sentences()
+    packed = pack_documents(doc_ids, ids, words, 32, CLS, SEP)
+    assert packed.lengths.max() <= 32
+    assert (packed.input_ids[:, 0] == CLS).all()
+    assert (packed.input_ids[np.arange(len(packed.lengths)), packed.lengths - 1] == SEP).all()
+    # concatenating the bodies per document gives back that document's tokens, in order
+    doc_of_token = np.concatenate([[d] * len(x) for d, x in zip(doc_ids, ids)])
+    flat = np.concatenate(ids)
+    pos = 0
+    for r, n in enumerate(packed.lengths):
+        body = packed.input_ids[r, 1:n - 1]
+        docs = set(doc_of_token[pos:pos + len(body)])
+        assert len(docs) == 1, "a sequence crosses a document boundary"
+        assert (flat[pos:pos + len(body)] == body).all()
+        pos += len(body)
+    assert pos == len(flat)
+
+
+def test_packing_word_ids_are_dense_per_row_and_specials_excluded():
+    doc_ids, ids, words = sentences()
+    packed = pack_documents(doc_ids, ids, words, 32, CLS, SEP)
+    for r, n in enumerate(packed.lengths):
+        w = packed.word_ids[r]
+        assert w[0] == -1 and (w[n - 1:] == -1).all()
+        body = w[1:n - 1]
+        assert body[0] == 0 and (np.diff(body) >= 0).all() and (np.diff(body) <= 1).all()
+
+
+def test_long_sentence_is_cut_into_full_sequences():
+    ids = [np.arange(1000, 1070, dtype=np.int32)]
+    words = [np.repeat(np.arange(35), 2).astype(np.int32)]
+    packed = pack_documents(["d"], ids, words, 32, CLS, SEP)
+    assert packed.lengths.tolist() == [32, 32, 12]
+    assert (packed.word_ids[0, 1:31] == np.repeat(np.arange(15), 2)).all()
+
+
+def test_shards_are_deterministic_and_decode(tmp_path):
+    doc_ids, ids, words = sentences(200)
+    packed = pack_documents(doc_ids, ids, words, 64, CLS, SEP)
+    kwargs = dict(objective="wwm", seed=3, dupe_factor=2, shard_size=50, mask_token_id=MASK,
+                  random_token_ids=np.arange(1000, 2000, dtype=np.int32))
+    cfg = MaskingConfig(scheme="wwm")
+    stats = write_masked_shards(packed, cfg, tmp_path / "a", workers=1, **kwargs)
+    write_masked_shards(packed, cfg, tmp_path / "b", workers=2, **kwargs)  # parallel: same bytes
+    files_a = sorted((tmp_path / "a").iterdir())
+    assert [f.read_bytes() for f in files_a] == [f.read_bytes() for f in sorted((tmp_path / "b").iterdir())]
+    assert stats["sequences"] == 2 * len(packed.lengths)
+    table = read_shards(tmp_path / "a")
+    first = table.slice(0, len(packed.lengths))
+    for r in range(0, len(packed.lengths), 7):
+        row = first.slice(r, 1).to_pylist()[0]
+        original = packed.input_ids[r, :packed.lengths[r]]
+        restored = np.array(row["input_ids"])
+        restored[row["masked_positions"]] = row["masked_labels"]
+        assert (restored == original).all()
+        assert len(row["input_ids"]) == packed.lengths[r]
+    # the two copies are masked differently
+    assert table.column("masked_positions")[0] != table.column("masked_positions")[len(packed.lengths)] or \
+        table.column("input_ids")[0] != table.column("input_ids")[len(packed.lengths)]
+    assert pq.read_metadata(files_a[0]).num_rows == 50
