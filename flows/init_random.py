@@ -1,0 +1,32 @@
+"""Stage ``init_random``: the random-init baseline, saved like a pretrained model.
+
+Same architecture and tokenizer as the pretrained encoders, weights from BERT's
+initialiser with the pipeline seed: fine-tuning it shows what pretraining buys.
+"""
+
+import sys
+
+from prefect import flow
+from transformers import AutoTokenizer
+
+from tasks import paths
+from tasks.io import atomic_outputs
+from tasks.modeling import bert_config, new_masked_lm
+from tasks.params import load_params
+from tasks.stage import run_stage
+
+
+@flow(name="init-random")
+def init_random() -> None:
+    params = load_params()
+    tokenizer = AutoTokenizer.from_pretrained(paths.TOKENIZER)
+    config = bert_config(params.model, len(tokenizer), params.pretraining_data.max_seq_length,
+                         tokenizer.pad_token_id)
+    model = new_masked_lm(config, params.seed)
+    with atomic_outputs(paths.MODELS / "random") as (out,):
+        model.save_pretrained(out)
+        tokenizer.save_pretrained(out)
+
+
+if __name__ == "__main__":
+    run_stage(init_random, *sys.argv[1:])
