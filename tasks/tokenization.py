@@ -20,6 +20,7 @@ import pyarrow as pa
 from transformers import BertTokenizerFast, PreTrainedTokenizerBase
 
 from tasks.errors import SourceError
+from tasks.wordpiece import train_wordpiece, word_counts
 
 SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 
@@ -43,15 +44,11 @@ def load_vocab_tokenizer(vocab_file: Path) -> BertTokenizerFast:
 
 
 def train_tokenizer(texts: list[str], vocab_size: int, min_frequency: int) -> BertTokenizerFast:
-    """A WordPiece vocabulary trained on ``texts`` (BERT normaliser and pre-tokeniser,
-    CJK characters split), with the five BERT special tokens first."""
-    from tokenizers import BertWordPieceTokenizer
-
-    wp = BertWordPieceTokenizer(clean_text=True, handle_chinese_chars=True, lowercase=True)
-    wp.train_from_iterator(texts, vocab_size=vocab_size, min_frequency=min_frequency,
-                           special_tokens=SPECIAL_TOKENS, show_progress=False)
-    vocab = dict(sorted(wp.get_vocab().items(), key=lambda kv: kv[1]))
-    return BertTokenizerFast(vocab=vocab, do_lower_case=True, tokenize_chinese_chars=True)
+    """A BERT tokenizer over a WordPiece vocabulary trained on ``texts``
+    (:func:`tasks.wordpiece.train_wordpiece`, deterministic), special tokens first."""
+    tokens = train_wordpiece(word_counts(texts), vocab_size, min_frequency, SPECIAL_TOKENS)
+    return BertTokenizerFast(vocab={t: i for i, t in enumerate(tokens)}, do_lower_case=True,
+                             tokenize_chinese_chars=True)
 
 
 def random_token_ids(tokenizer: PreTrainedTokenizerBase) -> np.ndarray:
