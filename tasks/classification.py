@@ -2,7 +2,15 @@
 
 Prepared splits share one schema (``data/downstream/<task>/{train,dev,test}.parquet``):
 ``id`` (string), ``text_a`` (string), ``text_b`` (string, null for
-single-sentence tasks) and ``label`` (int64 class index).
+single-sentence tasks) and ``label``: an int64 class index (:data:`SPLIT_SCHEMA`)
+or, for regression tasks such as STS-B, a float64 score
+(:data:`REGRESSION_SPLIT_SCHEMA`). :class:`EncodedClassification` batches the
+first as ``torch.int64`` labels and the second as ``torch.float32`` labels, which is
+what a Hugging Face ``*ForSequenceClassification`` head with ``num_labels=1``
+needs for its MSE regression loss.
+
+:func:`score` is the one implementation of the classification and regression
+metrics (:func:`classification_metrics` is a fixed selection of it).
 """
 
 from __future__ import annotations
@@ -13,7 +21,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import torch
-from sklearn.metrics import accuracy_score, f1_score
+from scipy.stats import pearsonr, spearmanr
+from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
 from transformers import PreTrainedTokenizerBase
 
 from tasks.batching import pad_batch, ragged
@@ -22,6 +31,12 @@ from tasks.text import normalise
 
 SPLIT_SCHEMA = pa.schema([("id", pa.string()), ("text_a", pa.string()), ("text_b", pa.string()),
                           ("label", pa.int64())])
+REGRESSION_SPLIT_SCHEMA = SPLIT_SCHEMA.set(3, pa.field("label", pa.float64()))
+
+
+def split_schema(regression: bool = False) -> pa.Schema:
+    """:data:`REGRESSION_SPLIT_SCHEMA` for regression tasks, else :data:`SPLIT_SCHEMA`."""
+    return REGRESSION_SPLIT_SCHEMA if regression else SPLIT_SCHEMA
 
 
 def read_polarity_lines(files: dict[int, Path]) -> list[tuple[str, int, str]]:
@@ -85,7 +100,12 @@ def split_table(task: str, rows: list[tuple[str, int]]) -> pa.Table:
 
 @dataclass
 class EncodedClassification:
-    """Tokenized classification examples, batched for a ``*ForSequenceClassification`` head."""
+    """Tokenized classification examples, batched for a ``*ForSequenceClassification`` head.
+
+    ``labels`` is ``int64`` for classification and ``float32`` for regression (a
+    floating-point ``label`` column); batches carry them as ``torch.int64`` or
+    ``torch.float32`` of shape ``[B]``.
+    """
 
     ids: np.ndarray
     offsets: np.ndarray
@@ -102,10 +122,22 @@ class EncodedClassification:
                         return_attention_mask=False)
         ids, offsets = ragged(pa.array(enc["input_ids"], pa.list_(pa.int32())))
         type_ids, _ = ragged(pa.array(enc["token_type_ids"], pa.list_(pa.int8())))
-        return cls(ids, offsets, type_ids, np.asarray(table.column("label").to_numpy()))
+        label = table.column("label")
+        labels = np.asarray(label.to_numpy())
+        labels = labels.astype(np.float32 if pa.types.is_floating(label.type) else np.int64)
+        return cls(ids, offsets, type_ids, labels)
 
     def __len__(self) -> int:
         return len(self.labels)
+
+    @property
+    def lengths(self) -> np.ndarray:
+        return np.diff(self.offsets)
+
+    @property
+    def regression(self) -> bool:
+        """Whether the labels are real-valued scores (a ``num_labels=1`` head)."""
+        return bool(np.issubdtype(self.labels.dtype, np.floating))
 
     def batch(self, index: np.ndarray) -> dict[str, torch.Tensor]:
         ids, valid = pad_batch(self.ids, self.offsets, index)
@@ -113,10 +145,58 @@ class EncodedClassification:
         return {"input_ids": torch.from_numpy(ids.astype(np.int64)),
                 "token_type_ids": torch.from_numpy(types.astype(np.int64)),
                 "attention_mask": torch.from_numpy(valid.astype(np.int64)),
-                "labels": torch.from_numpy(self.labels[index].astype(np.int64))}
+                "labels": torch.from_numpy(self.labels[index].astype(
+                    np.float32 if self.regression else np.int64))}
+
+
+def _pearson(labels: np.ndarray, predictions: np.ndarray) -> float:
+    return pearsonr(labels.astype(np.float64), predictions.astype(np.float64)).statistic
+
+
+def _spearman(labels: np.ndarray, predictions: np.ndarray) -> float:
+    return spearmanr(labels, predictions).statistic
+
+
+# name -> f(labels, predictions). F1 scores count an undefined precision or recall
+# (no predictions / no examples of a class) as 0, without a warning.
+METRICS = {
+    "accuracy": accuracy_score,
+    "f1": lambda y, p: f1_score(y, p, average="binary", pos_label=1, zero_division=0),
+    "macro_f1": lambda y, p: f1_score(y, p, average="macro", zero_division=0),
+    "matthews": matthews_corrcoef,
+    "pearson": _pearson,
+    "spearman": _spearman,
+}
+
+
+def score(metric_names: list[str], labels, predictions) -> dict[str, float]:
+    """The named metrics of ``predictions`` against gold ``labels`` (scikit-learn, SciPy).
+
+    * ``accuracy``: fraction of exact matches;
+    * ``f1``: binary F1 of the positive class ``1`` (MRPC, QQP; Wang et al. 2019);
+    * ``macro_f1``: unweighted mean of per-class F1 over the classes present in
+      ``labels`` or ``predictions``;
+    * ``matthews``: Matthews correlation coefficient (CoLA);
+    * ``pearson``, ``spearman``: correlation of real-valued scores (STS-B); NaN when
+      either side is constant.
+
+    Args:
+        metric_names: names from :data:`METRICS`; the result keeps their order.
+        labels: gold class indices (or scores), shape ``[N]``.
+        predictions: predicted class indices (or scores), shape ``[N]``.
+    Raises:
+        ValueError: an unknown metric name, or empty or mismatched inputs.
+    """
+    unknown = [m for m in metric_names if m not in METRICS]
+    if unknown:
+        raise ValueError(f"unknown metric(s) {', '.join(unknown)}; known: {', '.join(METRICS)}")
+    labels, predictions = np.asarray(labels), np.asarray(predictions)
+    if labels.shape != predictions.shape or labels.ndim != 1 or len(labels) == 0:
+        raise ValueError(f"labels {labels.shape} and predictions {predictions.shape} must be equal, "
+                         "non-empty and one-dimensional")
+    return {name: float(METRICS[name](labels, predictions)) for name in metric_names}
 
 
 def classification_metrics(labels: np.ndarray, predictions: np.ndarray) -> dict[str, float]:
-    """Accuracy and macro-averaged F1 (scikit-learn)."""
-    return {"accuracy": float(accuracy_score(labels, predictions)),
-            "macro_f1": float(f1_score(labels, predictions, average="macro"))}
+    """Accuracy and macro-averaged F1: ``score(["accuracy", "macro_f1"], ...)``."""
+    return score(["accuracy", "macro_f1"], labels, predictions)
