@@ -1,5 +1,10 @@
-"""Stage ``finetune@<model>``: fine-tune one model (``models/<model>``) on the sentiment task
-with several seeds; write per-seed metrics, their aggregate and the predictions."""
+"""Stage ``finetune@<model>-<task>``: fine-tune one model on one downstream task with
+several seeds; write per-seed scores, their summary (mean, std, max) and the predictions.
+
+``<model>`` is a folder ``models/<model>`` (a pipeline model, ``random``, or an
+imported hub model); ``<task>`` a task of ``params.yaml``. Each seed fine-tunes
+from the same checkpoint with its own head initialisation and data order.
+"""
 
 import sys
 
@@ -7,64 +12,67 @@ import numpy as np
 import pyarrow.parquet as pq
 import torch
 from prefect import flow, get_run_logger
-from transformers import AutoModelForSequenceClassification, AutoTokenizer
+from transformers import AutoTokenizer
 
 from tasks import paths
-from tasks.classification import EncodedClassification, classification_metrics
-from tasks.finetune import fit, predict, summarize
+from tasks.downstream import FAMILIES
 from tasks.errors import ParamsError
+from tasks.finetune import fit, summarize
 from tasks.io import atomic_outputs, write_json, write_jsonl
 from tasks.modeling import resolve_device
 from tasks.params import load_params
 from tasks.stage import run_stage, stage_task
 
-TASK = "sentiment"
+SPLITS = ("train", "dev", "test")
 
 
-@stage_task
-def run_seed(model_dir, splits, cfg, seed: int, device):
+@stage_task(task_run_name="seed-{seed}")
+def run_seed(family, model_dir, labels, data, tables, training, metrics, seed: int, device):
     logger = get_run_logger()
     torch.manual_seed(seed)
-    model = AutoModelForSequenceClassification.from_pretrained(model_dir, num_labels=2)
-    train = fit(model, splits["train"], epochs=cfg.epochs, batch_size=cfg.batch_size, lr=cfg.learning_rate,
-                warmup_fraction=cfg.warmup_fraction, weight_decay=cfg.weight_decay,
-                max_grad_norm=cfg.max_grad_norm, seed=seed, device=device, log=logger.info)
-    result = {"seed": seed, "train": train}
-    predictions = {}
+    model = family.model(model_dir, labels, training.dropout)
+    train = fit(model, data["train"], epochs=training.epochs, batch_size=training.batch_size,
+                lr=training.learning_rate, warmup_fraction=training.warmup_fraction,
+                weight_decay=training.weight_decay, max_grad_norm=training.max_grad_norm, seed=seed, device=device,
+                log=logger.info)
+    result, predictions = {"seed": seed, "train": train}, {}
     for split in ("dev", "test"):
-        logits = np.concatenate(predict(model, splits[split], batch_size=128, device=device)["logits"])
-        predictions[split] = logits.argmax(-1)
-        result[split] = classification_metrics(splits[split].labels, predictions[split])
+        result[split], predictions[split] = family.evaluate(model, data[split], tables[split], training, labels,
+                                                           metrics, device)
     logger.info(f"seed {seed}: dev {result['dev']} test {result['test']}")
     return result, predictions
 
 
 @flow(name="finetune")
-def finetune(model_name: str) -> None:
+def finetune(model_name: str, task_name: str) -> None:
     params = load_params()
-    cfg = params.finetune
+    cfg, spec = params.finetune, params.task(task_name)
     if model_name not in cfg.models:
         raise ParamsError(f"model {model_name!r} is not in finetune.models ({', '.join(cfg.models)})")
+    training, family = cfg.for_task(spec), FAMILIES[spec.family]
     model_dir = paths.MODELS / model_name
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    tables = {s: pq.read_table(paths.downstream_split(TASK, s)) for s in ("train", "dev", "test")}
-    splits = {s: EncodedClassification.encode(t, tokenizer, cfg.max_seq_length) for s, t in tables.items()}
+    tables = {s: pq.read_table(paths.downstream_split(task_name, s)) for s in SPLITS}
+    labels = family.labels(tables)
+    data = {s: family.encode(t, tokenizer, training, labels) for s, t in tables.items()}
     device = resolve_device(cfg.device)
     runs, predictions = [], {}
     for seed in cfg.seeds:
-        result, predictions[seed] = run_seed(model_dir, splits, cfg, seed, device)
+        result, predictions[seed] = run_seed(family, model_dir, labels, data, tables, training, spec.metrics,
+                                             seed, device)
         runs.append(result)
-    metrics = {"model": model_name, "task": TASK, "seeds": cfg.seeds, "runs": runs,
-               **{split: {m: summarize([r[split][m] for r in runs]) for m in runs[0][split]}
-                  for split in ("dev", "test")}}
-    with atomic_outputs(paths.PREDICTIONS / model_name,
-                        paths.stage_metrics("finetune", model_name)) as (out, metrics_file):
-        (out / TASK).mkdir(parents=True)
-        for seed, preds in predictions.items():
-            for split, pred in preds.items():
-                rows = [{"id": i, "label": int(g), "prediction": int(p)} for i, g, p in
-                        zip(tables[split].column("id").to_pylist(), splits[split].labels, pred)]
-                write_jsonl(out / TASK / f"{split}-seed{seed}.jsonl", rows)
+    summary = {split: {m: summarize([r[split][m] for r in runs]) for m in spec.metrics} for split in ("dev", "test")}
+    metrics = {"model": model_name, "task": task_name, "family": spec.family, "headline": spec.metrics[0],
+               "seeds": cfg.seeds, "training": training.model_dump(), "runs": runs, **summary}
+    name = paths.finetune_name(model_name, task_name)
+    with atomic_outputs(paths.PREDICTIONS / name, paths.stage_metrics("finetune", name)) as (out, metrics_file):
+        out.mkdir(parents=True)
+        for seed, by_split in predictions.items():
+            for split, preds in by_split.items():
+                if isinstance(preds, dict):  # MRC: the official {id: answer} file
+                    write_json(out / f"{split}-seed{seed}.json", preds)
+                else:
+                    write_jsonl(out / f"{split}-seed{seed}.jsonl", preds)
         write_json(metrics_file, metrics)
 
 

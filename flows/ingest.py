@@ -25,7 +25,7 @@ def ingest_corpus(params, eval_sentences: set[str]):
 @flow(name="ingest")
 def ingest() -> None:
     params = load_params()
-    eval_sentences = load_eval_sentences(paths.EVAL_TEXTS)
+    eval_sentences = load_eval_sentences(paths.DOWNSTREAM, paths.EVAL_TEXTS_FILE)
     table, stats = ingest_corpus(params, eval_sentences)
     with atomic_outputs(paths.CORPUS, paths.stage_metrics("corpus")) as (corpus, metrics):
         write_parquet(corpus, table)

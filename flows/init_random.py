@@ -22,7 +22,7 @@ def init_random() -> None:
     tokenizer = AutoTokenizer.from_pretrained(paths.TOKENIZER)
     config = bert_config(params.model, len(tokenizer), params.pretraining_data.max_seq_length,
                          tokenizer.pad_token_id)
-    model = new_masked_lm(config, params.seed)
+    model = new_masked_lm(config, params.seed, params.model.sinusoidal_position_amplitude)
     with atomic_outputs(paths.MODELS / "random") as (out,):
         model.save_pretrained(out)
         tokenizer.save_pretrained(out)

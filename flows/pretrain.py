@@ -28,7 +28,7 @@ def pretrain(objective: str) -> None:
     tokenizer = AutoTokenizer.from_pretrained(paths.TOKENIZER)
     config = bert_config(params.model, len(tokenizer), params.pretraining_data.max_seq_length,
                          tokenizer.pad_token_id)
-    model = new_masked_lm(config, params.seed)
+    model = new_masked_lm(config, params.seed, params.model.sinusoidal_position_amplitude)
     device = resolve_device(params.pretrain.device)
     # A checkpoint is reused only by a run with the same params and data.
     fingerprint = hashlib.sha256(json.dumps(

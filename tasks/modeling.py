@@ -6,6 +6,8 @@ loads with ``AutoModelForMaskedLM`` / ``AutoModel`` and any fine-tuning head.
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 from transformers import BertConfig, BertForMaskedLM
@@ -41,10 +43,34 @@ def bert_config(size: ModelSize, vocab_size: int, max_seq_length: int, pad_token
     )
 
 
-def new_masked_lm(config: BertConfig, seed: int) -> BertForMaskedLM:
-    """A randomly initialised ``BertForMaskedLM`` (BERT's truncated-normal-style init, std 0.02)."""
+def sinusoidal_positions(length: int, dim: int) -> torch.Tensor:
+    """``[length, dim]`` sinusoidal position encodings of amplitude 1 (Vaswani et al. 2017, §3.5)."""
+    position = torch.arange(length, dtype=torch.float32).unsqueeze(1)
+    freq = torch.exp(torch.arange(0, dim, 2, dtype=torch.float32) * (-math.log(10000.0) / dim))
+    table = torch.zeros(length, dim)
+    table[:, 0::2] = torch.sin(position * freq)
+    table[:, 1::2] = torch.cos(position * freq)[:, : dim // 2]
+    return table
+
+
+def new_masked_lm(config: BertConfig, seed: int, sinusoidal_position_amplitude: float = 0.0) -> BertForMaskedLM:
+    """A randomly initialised ``BertForMaskedLM`` (BERT's init: normal, std 0.02).
+
+    With ``sinusoidal_position_amplitude > 0`` the (still trainable) position
+    embeddings start as sinusoids of that amplitude instead. A tiny model trained
+    for minutes on a CPU spends its first millions of tokens on a plateau near
+    the unigram loss while it learns positions; starting from sinusoids of
+    amplitude 0.03 (about the scale of the other embeddings) leaves it sooner
+    (measured here: loss 5.26 vs 5.57 after 6M tokens, 2 layers x 128), and 0.3
+    is worse than both. Saved models are ordinary BERT checkpoints either way.
+    """
     torch.manual_seed(seed)
-    return BertForMaskedLM(config)
+    model = BertForMaskedLM(config)
+    if sinusoidal_position_amplitude:
+        table = model.bert.embeddings.position_embeddings.weight
+        with torch.no_grad():
+            table.copy_(sinusoidal_position_amplitude * sinusoidal_positions(*table.shape))
+    return model
 
 
 def masked_lm_loss(model: BertForMaskedLM, input_ids: torch.Tensor, attention_mask: torch.Tensor,

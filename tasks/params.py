@@ -150,6 +150,8 @@ class ModelSize(_Strict):
     intermediate_size: int = Field(ge=8)
     hidden_dropout_prob: float = Field(ge=0, lt=1)
     attention_probs_dropout_prob: float = Field(ge=0, lt=1)
+    sinusoidal_position_amplitude: float = Field(
+        ge=0, description="initialise position embeddings as sinusoids of this amplitude; 0 = BERT's normal init")
 
     @model_validator(mode="after")
     def _heads_divide_hidden(self) -> "ModelSize":
@@ -172,15 +174,22 @@ class Pretrain(_Strict):
     device: str = "auto"
 
 
-class Classification(_Strict):
-    source: str
-    dev_fraction: float = Field(gt=0, lt=1)
-    test_fraction: float = Field(gt=0, lt=1)
+FAMILY_LOADERS = {
+    "classification": ("polarity_lines", "glue", "clue_jsonl", "table"),
+    "mrc": ("squad", "ner_as_mrc"),
+    "ner": ("conll",),
+}
+FAMILY_METRICS = {
+    "classification": ("accuracy", "f1", "macro_f1", "matthews", "pearson", "spearman"),
+    "mrc": ("em", "f1", "average"),
+    "ner": ("f1", "precision", "recall"),
+}
+SPLITS = ("train", "dev", "test")
 
 
-class Finetune(_Strict):
-    models: list[str] = Field(min_length=1)
-    seeds: list[int] = Field(min_length=1)
+class Training(_Strict):
+    """Fine-tuning knobs; ``finetune`` sets them for every task, ``tasks.<name>.training`` overrides."""
+
     max_seq_length: int = Field(ge=8, le=512)
     epochs: float = Field(gt=0)
     batch_size: int = Field(ge=1)
@@ -188,7 +197,83 @@ class Finetune(_Strict):
     warmup_fraction: float = Field(ge=0, lt=1)
     weight_decay: float = Field(ge=0)
     max_grad_norm: float = Field(gt=0)
+    dropout: float = Field(ge=0, lt=1, description="hidden and attention dropout while fine-tuning")
+    doc_stride: int = Field(default=64, ge=1, description="MRC: tokens shared by consecutive windows")
+    max_answer_length: int = Field(default=30, ge=1, description="MRC: longest answer, in tokens")
+    n_best: int = Field(default=20, ge=1, description="MRC: start/end candidates per window")
+
+
+class TaskSplit(_Strict):
+    """Fractions carved (seeded) out of train for splits the data does not provide."""
+
+    dev: float = Field(default=0.1, gt=0, lt=1)
+    test: float = Field(default=0.1, gt=0, lt=1)
+
+
+class DownstreamTask(_Strict):
+    """A downstream task: where its data comes from, how to read it, and how it is scored."""
+
+    family: Literal["classification", "mrc", "ner"]
+    loader: str = Field(description="how the files are read; see FAMILY_LOADERS")
+    source: str
+    files: dict[str, str] = Field(min_length=1, description="role (train/dev/test/all, positive/negative) -> file")
+    metrics: list[str] = Field(min_length=1, description="the first one is the headline metric")
+    split: TaskSplit = TaskSplit()
+    limit: dict[str, int] = Field(default_factory=dict, description="split -> max examples (seeded subset)")
+    malformed: Literal["fail", "skip", "repair"] = "repair"
+    glue_task: str | None = None
+    columns: dict[str, str | None] = Field(default_factory=dict, description="text_a, text_b, label")
+    labels: list[str] | None = None
+    scheme: Literal["bio", "bioes", "bmes"] = "bio"
+    queries: dict[str, str] | None = None
+    training: dict[str, float | int] = Field(default_factory=dict, description="overrides of finetune knobs")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "DownstreamTask":
+        if self.loader not in FAMILY_LOADERS[self.family]:
+            raise ValueError(f"loader {self.loader!r} does not read {self.family} data; "
+                             f"use one of {', '.join(FAMILY_LOADERS[self.family])}")
+        unknown = [m for m in self.metrics if m not in FAMILY_METRICS[self.family]]
+        if unknown:
+            raise ValueError(f"unknown {self.family} metric(s) {', '.join(unknown)}; "
+                             f"known: {', '.join(FAMILY_METRICS[self.family])}")
+        bad = [k for k in self.limit if k not in SPLITS]
+        if bad:
+            raise ValueError(f"limit: unknown split(s) {', '.join(bad)}; known: {', '.join(SPLITS)}")
+        if self.loader == "glue" and not self.glue_task:
+            raise ValueError("loader glue needs glue_task (e.g. SST-2)")
+        bad = set(self.training) - set(Training.model_fields)
+        if bad:
+            raise ValueError(f"training: unknown knob(s) {', '.join(sorted(bad))}")
+        return self
+
+
+class Finetune(Training):
+    models: list[str] = Field(min_length=1)
+    tasks: list[str] = Field(min_length=1)
+    seeds: list[int] = Field(min_length=1)
     device: str = "auto"
+
+    def for_task(self, task: DownstreamTask) -> Training:
+        """The knobs for ``task``: these defaults with the task's overrides."""
+        base = {k: getattr(self, k) for k in Training.model_fields}
+        return Training(**{**base, **task.training})
+
+
+class HubModel(_Strict):
+    """A pretrained Hugging Face model to fine-tune besides the pipeline's own: a folder
+    inside an acquired source, a local folder, or (online) a hub id."""
+
+    source: str | None = None
+    path: str | None = None
+    hub_id: str | None = None
+    licence: str = "see model card"
+
+    @model_validator(mode="after")
+    def _one_location(self) -> "HubModel":
+        if sum(x is not None for x in (self.path, self.hub_id)) != 1:
+            raise ValueError("give exactly one of path (with or without source) or hub_id")
+        return self
 
 
 class Params(_Strict):
@@ -201,7 +286,8 @@ class Params(_Strict):
     pretraining_data: PretrainingData
     model: ModelSize
     pretrain: Pretrain
-    sentiment: Classification
+    tasks: dict[str, DownstreamTask] = Field(min_length=1)
+    hub_models: dict[str, HubModel] = Field(default_factory=dict)
     finetune: Finetune
 
     @model_validator(mode="after")
@@ -209,16 +295,28 @@ class Params(_Strict):
         for i, item in enumerate(self.corpus.inputs):
             if item.source not in self.sources:
                 raise ValueError(f"corpus.inputs[{i}].source: no source named {item.source!r} in sources")
-        if self.sentiment.source not in self.sources:
-            raise ValueError(f"sentiment.source: no source named {self.sentiment.source!r} in sources")
+        for name, task in self.tasks.items():
+            if task.source not in self.sources:
+                raise ValueError(f"tasks.{name}.source: no source named {task.source!r} in sources")
+        for name, model in self.hub_models.items():
+            if model.source is not None and model.source not in self.sources:
+                raise ValueError(f"hub_models.{name}.source: no source named {model.source!r} in sources")
         if self.tokenizer.vocab != "train" and self.tokenizer.vocab not in self.sources:
             raise ValueError(f"tokenizer.vocab: {self.tokenizer.vocab!r} is neither 'train' nor a source name")
-        if self.sentiment.dev_fraction + self.sentiment.test_fraction >= 1:
-            raise ValueError("sentiment: dev_fraction + test_fraction must be below 1")
+        known = {"random", *self.objectives, *self.hub_models}
         for name in self.finetune.models:
-            if name != "random" and name not in self.objectives:
-                raise ValueError(f"finetune.models: {name!r} is neither 'random' nor an objective name")
+            if name not in known:
+                raise ValueError(f"finetune.models: {name!r} is not 'random', an objective or a hub_models name")
+        for name in self.finetune.tasks:
+            if name not in self.tasks:
+                raise ValueError(f"finetune.tasks: no task named {name!r} in tasks")
         return self
+
+    def task(self, name: str) -> DownstreamTask:
+        """The downstream task called ``name``; :class:`ParamsError` if there is none."""
+        if name not in self.tasks:
+            raise ParamsError(f"unknown task {name!r}; params.yaml declares: {', '.join(self.tasks)}")
+        return self.tasks[name]
 
     def objective(self, name: str) -> Objective:
         """The objective called ``name``; :class:`ParamsError` if there is none."""

@@ -11,7 +11,7 @@ RAW = Path("corpora/raw")
 MANIFEST = Path("corpora/manifest.json")
 
 DOWNSTREAM = Path("data/downstream")
-EVAL_TEXTS = DOWNSTREAM / "eval_texts.parquet"
+EVAL_TEXTS_FILE = "eval_texts.parquet"  # in each task's folder: dev and test text to keep out of pretraining
 CORPUS = Path("data/corpus/sentences.parquet")
 SEGMENTED = Path("data/segmented/sentences.parquet")
 TOKENS = Path("data/tokens/sentences.parquet")
@@ -27,6 +27,11 @@ REPORTS = Path("reports")
 
 def downstream_split(task: str, split: str) -> Path:
     return DOWNSTREAM / task / f"{split}.parquet"
+
+
+def finetune_name(model: str, task: str) -> str:
+    """The DVC matrix item of a fine-tuning run (``finetune@<model>-<task>``)."""
+    return f"{model}-{task}"
 
 
 def stage_metrics(stage: str, name: str | None = None, suffix: str = ".json") -> Path:

@@ -6,9 +6,9 @@ masked positions, a CSV log of loss and throughput, and regular checkpoints
 from which a killed run resumes where it stopped (same data order, same
 optimizer state, same result).
 
-Data order is a pure function of (seed, epoch): the example stream is the
-concatenation of seeded permutations of the corpus, so a resumed run needs only
-the step number to continue the same stream.
+Data order is a pure function of (seed, step) (:class:`tasks.batching.BatchSchedule`:
+seeded permutations, length-grouped batches), so a resumed run needs only the
+step number to continue the same stream.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import pyarrow as pa
 import torch
 from transformers import BertForMaskedLM
 
-from tasks.batching import flat_positions, pad_batch, ragged
+from tasks.batching import BatchSchedule, flat_positions, pad_batch, ragged
 from tasks.modeling import autocast, masked_lm_loss
 from tasks.params import Pretrain
 
@@ -74,18 +74,6 @@ class MaskedExamples:
             "cols": torch.from_numpy(self.positions[flat].astype(np.int64)),
             "labels": torch.from_numpy(self.labels[flat].astype(np.int64)),
         }
-
-
-def example_order(n: int, seed: int, step: int, batch_size: int) -> np.ndarray:
-    """Indices of the examples of ``step``: slice ``step`` of the endless stream of
-    per-epoch permutations ``default_rng([seed, epoch]).permutation(n)``."""
-    start = step * batch_size
-    out = []
-    while len(out) < batch_size:
-        epoch, offset = divmod(start + len(out), n)
-        perm = np.random.default_rng([seed, epoch]).permutation(n)
-        out.extend(perm[offset:offset + batch_size - len(out)])
-    return np.asarray(out)
 
 
 def learning_rate(step: int, total_steps: int, peak: float, warmup_fraction: float) -> float:
@@ -152,6 +140,7 @@ def train(model: BertForMaskedLM, data: MaskedExamples, cfg: Pretrain, *, seed: 
     else:
         torch.manual_seed(seed)
 
+    schedule = BatchSchedule(data.lengths, cfg.batch_size, seed)
     t0 = time.perf_counter()
     window_loss, window_correct, window_masked, window_tokens, window_t = 0.0, 0, 0, 0, t0
     while step < total:
@@ -159,7 +148,7 @@ def train(model: BertForMaskedLM, data: MaskedExamples, cfg: Pretrain, *, seed: 
         for group in opt.param_groups:
             group["lr"] = lr
         batch = {k: v.to(device, non_blocking=True)
-                 for k, v in data.batch(example_order(len(data), seed, step, cfg.batch_size)).items()}
+                 for k, v in data.batch(schedule(step)).items()}
         with autocast(device):
             loss, correct = masked_lm_loss(model, batch["input_ids"], batch["attention_mask"],
                                            batch["rows"], batch["cols"], batch["labels"])

@@ -22,7 +22,9 @@ def write(tmp_path, data):
 def test_repository_params_are_valid():
     params = load_params()
     assert set(params.objectives) >= {"mlm", "wwm"}
-    assert params.tokenizer.vocab in params.sources
+    assert params.tokenizer.vocab == "train" or params.tokenizer.vocab in params.sources
+    assert set(params.finetune.tasks) <= set(params.tasks)
+    assert {"mlm", "wwm", "random"} <= set(params.finetune.models)
 
 
 def test_unknown_masking_scheme(tmp_path, raw):

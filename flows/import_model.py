@@ -1,0 +1,41 @@
+"""Stage ``import_model@<name>``: bring a pretrained Hugging Face model into ``models/<name>``
+so it is fine-tuned and reported like the pipeline's own models.
+
+The model is a folder inside an acquired source (``source`` + ``path``), a local
+folder (``path``), or a hub id (``hub_id``; needs ``HF_HUB_OFFLINE=0``). It is
+loaded with ``AutoModel``/``AutoTokenizer`` and saved again, so a broken or
+incomplete model fails here, with the model's name, not in every fine-tuning run.
+"""
+
+import sys
+from pathlib import Path
+
+from prefect import flow
+from transformers import AutoModel, AutoTokenizer
+
+from tasks import paths
+from tasks.errors import SourceError
+from tasks.io import atomic_outputs
+from tasks.params import load_params
+from tasks.stage import run_stage
+
+
+@flow(name="import-model")
+def import_model(name: str) -> None:
+    params = load_params()
+    spec = params.hub_models.get(name)
+    if spec is None:
+        raise SourceError(f"no model {name!r} in hub_models ({', '.join(params.hub_models) or 'none declared'})")
+    location = spec.hub_id or str(paths.RAW / spec.source / spec.path if spec.source else Path(spec.path))
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(location)
+        model = AutoModel.from_pretrained(location)
+    except (OSError, ValueError) as exc:
+        raise SourceError(f"hub_models.{name}: cannot load a model from {location!r}: {exc}") from None
+    with atomic_outputs(paths.MODELS / name) as (out,):
+        model.save_pretrained(out)
+        tokenizer.save_pretrained(out)
+
+
+if __name__ == "__main__":
+    run_stage(import_model, *sys.argv[1:])
