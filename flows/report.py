@@ -1,0 +1,35 @@
+"""Stage ``report``: the evaluation report (Markdown + self-contained HTML + PNG figures),
+also published as a Prefect markdown artifact."""
+
+import sys
+from pathlib import Path
+
+from prefect import flow
+from prefect.artifacts import create_markdown_artifact
+
+from tasks import paths
+from tasks.io import atomic_outputs
+from tasks.params import PARAMS_FILE, load_params
+from tasks.report import build_report, to_html
+from tasks.stage import run_stage, stage_task
+
+TITLE = "zhplm pipeline report"
+
+
+@flow(name="report")
+def report() -> None:
+    params = load_params()
+    out = paths.REPORTS
+    with atomic_outputs(out / "report.md", out / "report.html", out / "figures") as (md_file, html_file, figures):
+        text = stage_task(build_report)(Path(PARAMS_FILE).read_text(encoding="utf-8"), list(params.objectives),
+                                        params.finetune.models, params.finetune.tasks, paths.METRICS,
+                                        paths.PREDICTIONS, paths.DOWNSTREAM, figures)
+        # The Markdown refers to figures/...; render the HTML against the temporary folder.
+        md_file.write_text(text, encoding="utf-8")
+        html_file.write_text(to_html(text.replace("](figures/", f"]({figures.name}/"), out, TITLE),
+                             encoding="utf-8")
+    create_markdown_artifact(markdown=text, key="zhplm-report", description=TITLE)
+
+
+if __name__ == "__main__":
+    run_stage(report, *sys.argv[1:])

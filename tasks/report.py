@@ -1,0 +1,387 @@
+"""The evaluation report: Markdown for people and git, and a self-contained HTML page.
+
+The report is built only from the pipeline's metrics files (``metrics/``),
+``params.yaml``, ``dvc.lock`` and git, so it can be regenerated at any commit.
+Plots are PNG files (matplotlib, Agg backend) next to the Markdown and inlined
+as data URIs in the HTML, so the page works offline and with no CDN.
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import math
+import re
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import markdown
+import matplotlib
+import numpy as np
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from tasks.io import read_json  # noqa: E402
+
+# --------------------------------------------------------------------------- formatting
+
+
+def fmt(value, digits: int = 2, percent: bool = False) -> str:
+    """A number for a table cell; ``-`` for missing values."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    if percent:
+        return f"{100 * value:.{digits}f}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return f"{value:,.{digits}f}"
+
+
+def max_avg(summary: dict, digits: int = 1) -> str:
+    """HFL-style cell: ``max (mean ± std)`` of a per-seed summary, in percent."""
+    return (f"{fmt(summary['max'], digits, True)} ({fmt(summary['mean'], digits, True)}"
+            f" ± {fmt(summary['std'], digits, True)})")
+
+
+def table(header: list[str], rows: list[list[str]]) -> str:
+    """A Markdown table."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def read_csv(path: Path) -> list[dict]:
+    with open(path, newline="") as f:
+        return [{k: float(v) for k, v in row.items()} for row in csv.DictReader(f)]
+
+
+# --------------------------------------------------------------------------- provenance
+
+
+def _git(*args: str) -> str:
+    try:
+        return subprocess.run(["git", *args], capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return ""
+
+
+def provenance(lock_file: Path = Path("dvc.lock")) -> dict:
+    """Git commit (and whether the tree has uncommitted changes) and the content
+    hashes DVC recorded for every stage output in ``dvc.lock``."""
+    import yaml
+
+    outs = {}
+    if lock_file.is_file():
+        lock = yaml.safe_load(lock_file.read_text()) or {}
+        for stage in (lock.get("stages") or {}).values():
+            for out in stage.get("outs", []):
+                outs[out["path"]] = out.get("md5") or out.get("hash", "")
+    commit = _git("rev-parse", "--short", "HEAD")
+    dirty = bool(_git("status", "--porcelain", "--untracked-files=no"))
+    return {"commit": commit or "(no commit)", "dirty": dirty, "outs": outs}
+
+
+def previous_metrics(path: Path, rev: str = "HEAD") -> dict | None:
+    """The committed version of a metrics file at ``rev``, if any (for "what changed")."""
+    import json
+
+    text = _git("show", f"{rev}:{path.as_posix()}")
+    try:
+        return json.loads(text) if text else None
+    except json.JSONDecodeError:
+        return None
+
+
+# --------------------------------------------------------------------------- plots
+
+
+def plot_curves(curves: dict[str, list[dict]], y: str, ylabel: str, path: Path) -> Path:
+    """One line per run (e.g. objective) of column ``y`` against tokens seen."""
+    fig, ax = plt.subplots(figsize=(7, 4), dpi=110)
+    for name, rows in sorted(curves.items()):
+        ax.plot([r["tokens"] / 1e6 for r in rows], [r[y] for r in rows], label=name, linewidth=1.4)
+    ax.set_xlabel("tokens seen (millions)")
+    ax.set_ylabel(ylabel)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+# --------------------------------------------------------------------------- document
+
+
+@dataclass
+class Report:
+    """A Markdown document under construction, with the figures it references."""
+
+    title: str
+    parts: list[str] = field(default_factory=list)
+
+    def section(self, heading: str, *blocks: str) -> None:
+        self.parts.append(f"## {heading}\n\n" + "\n\n".join(b for b in blocks if b))
+
+    def markdown(self) -> str:
+        return f"# {self.title}\n\n" + "\n\n".join(self.parts) + "\n"
+
+
+_IMG = re.compile(r'<img alt="([^"]*)" src="([^"]+)"')
+
+_CSS = """body{font-family:system-ui,sans-serif;max-width:980px;margin:2em auto;padding:0 1em;color:#222;line-height:1.45}
+table{border-collapse:collapse;margin:1em 0;font-size:.92em}th,td{border:1px solid #ccc;padding:.3em .6em;text-align:right}
+th{background:#f2f4f7}td:first-child,th:first-child{text-align:left}code,pre{background:#f6f8fa}
+pre{padding:.8em;overflow-x:auto;font-size:.85em}img{max-width:100%}h2{border-bottom:1px solid #ddd;padding-bottom:.2em}"""
+
+
+def to_html(md_text: str, base: Path, title: str) -> str:
+    """Self-contained HTML: Markdown rendered, images inlined as base64 PNG data URIs."""
+    body = markdown.markdown(md_text, extensions=["tables", "fenced_code"])
+
+    def inline(m: re.Match) -> str:
+        data = base64.b64encode((base / m.group(2)).read_bytes()).decode()
+        return f'<img alt="{m.group(1)}" src="data:image/png;base64,{data}"'
+
+    body = _IMG.sub(inline, body)
+    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{title}</title>'
+            f"<style>{_CSS}</style></head><body>\n{body}\n</body></html>\n")
+
+
+def load_metrics(path: Path) -> dict | None:
+    return read_json(path) if path.is_file() else None
+
+
+# --------------------------------------------------------------------------- the pipeline report
+
+
+def corpus_section(metrics: Path, tasks: list[str]) -> list[str]:
+    corpus, tok = load_metrics(metrics / "corpus.json"), load_metrics(metrics / "tokenize.json")
+    seg = load_metrics(metrics / "segment.json")
+    blocks = []
+    if corpus:
+        rows = [[lang, fmt(s["documents"]), fmt(s["sentences"]), fmt(s["characters"])]
+                for lang, s in corpus["languages"].items()]
+        blocks.append(table(["language", "documents", "sentences", "characters"], rows))
+        d = corpus["dropped"]
+        blocks.append(f"Dropped: {fmt(d['empty_documents'])} empty and {fmt(d['duplicate_documents'])} duplicate "
+                      f"documents; {fmt(d['eval_overlap_sentences'])} sentences that occur in a downstream "
+                      f"evaluation split; {fmt(d['short_sentences'])} sentences that are too short.")
+    if seg:
+        blocks.append(f"jieba segmentation: {fmt(seg['words'])} words, {fmt(seg['mean_word_chars'])} characters "
+                      f"per word, {fmt(seg['chars_per_sec'], 0)} characters/s on {seg['workers']} worker(s).")
+    if tok:
+        blocks.append(f"Tokenizer: {fmt(tok['vocab_size'])} entries; {fmt(tok['tokens'])} tokens, "
+                      f"[UNK] rate {fmt(tok['unk_rate'], 2, True)}%, {fmt(tok['tokens_per_char'], 3)} tokens "
+                      f"per character.")
+    rows = []
+    for task in tasks:
+        m = load_metrics(metrics / "downstream" / f"{task}.json")
+        if m:
+            bad = ", ".join(f"{k} {v}" for k, v in m["malformed"]["counts"].items()) or "none"
+            rows.append([task, *(fmt(m["rows"][s]) for s in ("train", "dev", "test")), bad])
+    if rows:
+        blocks.append("Downstream data (after the budget caps in `tasks.<name>.limit`):\n\n"
+                      + table(["task", "train", "dev", "test", "malformed records"], rows))
+    return blocks
+
+
+def pretraining_section(metrics: Path, objectives: list[str], figures: Path) -> list[str]:
+    rows, curves = [], {}
+    for name in objectives:
+        data, run = load_metrics(metrics / "pretraining_data" / f"{name}.json"), \
+            load_metrics(metrics / "pretrain" / f"{name}.json")
+        log = metrics / "pretrain" / f"{name}.csv"
+        if log.is_file():
+            curves[name] = read_csv(log)
+        if data and run:
+            rows.append([name, fmt(data["sequences"]), fmt(data["chosen_rate"], 2, True),
+                         fmt(data["mask_share"], 1, True), fmt(run["steps"]), fmt(run["tokens"]),
+                         fmt(run["final_loss"], 3), fmt(run["final_mlm_accuracy"], 1, True),
+                         fmt(run["wall_sec"] / 60, 1), fmt(run["tokens_per_sec"], 0), fmt(run["peak_memory_mb"], 0)])
+    blocks = [table(["objective", "sequences", "chosen %", "[MASK] %", "steps", "tokens", "final loss",
+                     "MLM acc %", "minutes", "tokens/s", "peak MiB"], rows)] if rows else []
+    if curves:
+        plot_curves(curves, "loss", "MLM loss (masked positions)", figures / "pretrain_loss.png")
+        blocks.append("![pretraining loss](figures/pretrain_loss.png)")
+    return blocks
+
+
+def finetune_results(metrics: Path, models: list[str], tasks: list[str]) -> dict[tuple[str, str], dict]:
+    """``(model, task) -> metrics`` of every fine-tuning run found."""
+    found = {}
+    for m in models:
+        for t in tasks:
+            r = load_metrics(metrics / "finetune" / f"{m}-{t}.json")
+            if r:
+                found[m, t] = r
+    return found
+
+
+def finetune_section(results: dict, models: list[str], tasks: list[str], figures: Path) -> list[str]:
+    if not results:
+        return []
+    blocks = []
+    n_seeds = sorted({len(r["runs"]) for r in results.values()})
+    for split in ("dev", "test"):
+        header = ["model"] + [f"{t} {next(r['headline'] for (_, tt), r in results.items() if tt == t)}"
+                              for t in tasks if any(tt == t for _, tt in results)]
+        rows = []
+        for m in models:
+            cells = [max_avg(results[m, t][split][results[m, t]["headline"]]) if (m, t) in results else "-"
+                     for t in tasks if any(tt == t for _, tt in results)]
+            rows.append([m, *cells])
+        blocks.append(f"**{split.capitalize()}**\n\n" + table(header, rows))
+    blocks.append(f"Cells: max (mean ± sample std) over {'/'.join(map(str, n_seeds))} fine-tuning seeds, in percent "
+                  "(the HFL way of reporting). Headline metric per task: accuracy for classification, CMRC F1 for "
+                  "reading comprehension, entity-level F1 (seqeval, strict) for NER.")
+    verdict_rows = []
+    for t in tasks:
+        base = results.get(("random", t))
+        for m in models:
+            r = results.get((m, t))
+            if not r or not base or m == "random":
+                continue
+            h = r["headline"]
+            gap = r["dev"][h]["mean"] - base["dev"][h]["mean"]
+            spread = max(r["dev"][h]["std"], base["dev"][h]["std"])
+            verdict = "beyond seed spread" if abs(gap) > spread else "within noise"
+            verdict_rows.append([t, m, f"{100 * gap:+.2f}", f"{100 * spread:.2f}", verdict])
+    if verdict_rows:
+        blocks.append("**What pretraining buys** (dev, headline metric, mean vs the random-init baseline; a "
+                      "difference counts only when it exceeds the larger of the two seed standard deviations):\n\n"
+                      + table(["task", "model", "Δ vs random", "seed std", "verdict"], verdict_rows))
+    values = {}
+    for (m, t), r in results.items():
+        values.setdefault(t, {})[m] = [run["dev"][r["headline"]] for run in r["runs"]]
+    plot_grouped(values, models, "dev headline metric", figures / "finetune_dev.png")
+    blocks.append("![fine-tuning dev scores](figures/finetune_dev.png)")
+    return blocks
+
+
+def plot_grouped(values: dict[str, dict[str, list[float]]], models: list[str], ylabel: str, path: Path) -> Path:
+    """Per task, one bar per model (mean over seeds) with the per-seed points."""
+    fig, ax = plt.subplots(figsize=(8, 4), dpi=110)
+    tasks = list(values)
+    width = 0.8 / max(1, len(models))
+    for j, m in enumerate(models):
+        xs = [i + (j - (len(models) - 1) / 2) * width for i in range(len(tasks))]
+        means = [np.mean(values[t][m]) if m in values[t] else np.nan for t in tasks]
+        ax.bar(xs, means, width * 0.9, label=m)
+        for x, t in zip(xs, tasks):
+            if m in values[t]:
+                ax.scatter([x] * len(values[t][m]), values[t][m], color="black", s=8, zorder=3)
+    ax.set_xticks(range(len(tasks)), tasks)
+    ax.set_ylabel(ylabel)
+    ax.set_ylim(0, 1)
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def _read_jsonl(path: Path) -> list[dict]:
+    import json
+
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
+
+
+def _spans(tokens: list[str], tags: list[str]) -> str:
+    from tasks.mrc import bio_spans
+
+    return "; ".join(f"{''.join(tokens[a:b])}/{kind}" for kind, a, b in bio_spans(tags)) or "(none)"
+
+
+def errors_section(results: dict, models: list[str], tasks: list[str], predictions: Path, data: Path,
+                   per_task: int = 3) -> list[str]:
+    """A few wrong test predictions per task, from the first pipeline model's first seed."""
+    import json
+
+    import pyarrow.parquet as pq
+
+    blocks = []
+    for t in tasks:
+        model = next((m for m in models if m != "random" and (m, t) in results), None)
+        if model is None:
+            continue
+        r = results[model, t]
+        seed = r["runs"][0]["seed"]
+        folder = predictions / f"{model}-{t}"
+        test = {row["id"]: row for row in pq.read_table(data / t / "test.parquet").to_pylist()}
+        rows = []
+        if r["family"] == "mrc":
+            answers = json.loads((folder / f"test-seed{seed}.json").read_text(encoding="utf-8"))
+            for qid, pred in answers.items():
+                gold = [a["text"] for a in test[qid]["answers"]]
+                if pred not in gold:
+                    rows.append([test[qid]["question"][:16] + "…", test[qid]["context"][:60], " / ".join(gold),
+                                 pred or "(empty)"])
+            header = ["question", "context", "gold", "predicted"]
+        else:
+            for row in _read_jsonl(folder / f"test-seed{seed}.jsonl"):
+                if r["family"] == "ner" and row["gold"] != row["prediction"]:
+                    rows.append(["".join(row["tokens"])[:60], _spans(row["tokens"], row["gold"]),
+                                 _spans(row["tokens"], row["prediction"])])
+                elif r["family"] == "classification" and row["label"] != row["prediction"]:
+                    ex = test[row["id"]]
+                    text = ex["text_a"] + (f" ‖ {ex['text_b']}" if ex["text_b"] else "")
+                    rows.append([text[:80], str(row["label"]), str(row["prediction"])])
+            header = ["sentence", "gold entities", "predicted"] if r["family"] == "ner" else \
+                ["text", "gold", "predicted"]
+        cells = [[c.replace("|", "\\|").replace("\n", " ") for c in row] for row in rows[:per_task]]
+        blocks.append(f"**{t}** ({model}, seed {seed}; {len(rows)} wrong of {len(test)} test examples)\n\n"
+                      + table(header, cells))
+    return blocks
+
+
+def changes_section(results: dict) -> list[str]:
+    """Dev headline scores now vs the committed metrics at HEAD."""
+    rows = []
+    for (m, t), now in sorted(results.items()):
+        before = previous_metrics(Path("metrics") / "finetune" / f"{m}-{t}.json")
+        h = now["headline"]
+        if before and "dev" in before and h in before["dev"]:
+            a, b = now["dev"][h]["mean"], before["dev"][h]["mean"]
+            rows.append([f"{m} / {t} dev {h} (mean)", fmt(b, 2, True), fmt(a, 2, True), f"{100 * (a - b):+.2f}"])
+    if not rows:
+        return ["No committed metrics to compare with (first run, or metrics not committed yet)."]
+    return [table(["metric", "HEAD", "this run", "change"], rows)]
+
+
+def runtime_section(metrics: Path, objectives: list[str], results: dict) -> list[str]:
+    rows = []
+    for stage, file in [("segment", metrics / "segment.json")] + \
+            [(f"pretrain@{o}", metrics / "pretrain" / f"{o}.json") for o in objectives]:
+        m = load_metrics(file)
+        if m and "wall_sec" in m:
+            rows.append([stage, fmt(m["wall_sec"] / 60, 2)])
+    for (model, task), r in sorted(results.items()):
+        rows.append([f"finetune@{model}-{task}", fmt(sum(run["train"]["wall_sec"] for run in r["runs"]) / 60, 2)])
+    return [table(["stage", "minutes (training compute)"], rows)] if rows else []
+
+
+def build_report(params_text: str, objectives: list[str], models: list[str], tasks: list[str], metrics: Path,
+                 predictions: Path, data: Path, figures: Path) -> str:
+    """The pipeline report as Markdown; figures are written into ``figures``."""
+    figures.mkdir(parents=True, exist_ok=True)
+    prov = provenance()
+    results = finetune_results(metrics, models, tasks)
+    report = Report("zhplm pipeline report")
+    report.parts.append(
+        f"Code: git `{prov['commit']}`{' with uncommitted changes' if prov['dirty'] else ''}. "
+        "Every number below comes from the metrics files of this run (`metrics/`).")
+    report.section("Corpus", *corpus_section(metrics, tasks))
+    report.section("Pretraining", *pretraining_section(metrics, objectives, figures))
+    report.section("Fine-tuning", *finetune_section(results, models, tasks, figures))
+    report.section("Wrong predictions", *errors_section(results, models, tasks, predictions, data))
+    report.section("What changed since the last commit", *changes_section(results))
+    report.section("Run times", *runtime_section(metrics, objectives, results))
+    report.section("Parameters", f"```yaml\n{params_text.strip()}\n```")
+    outs = [[f"`{path}`", f"`{md5}`"] for path, md5 in sorted(prov["outs"].items())]
+    report.section("Data versions (dvc.lock)",
+                   table(["artifact", "md5"], outs) if outs else "No dvc.lock yet: run the pipeline with `dvc repro`.")
+    return report.markdown()
