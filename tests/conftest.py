@@ -1,0 +1,60 @@
+"""Shared fixtures: a Prefect test server, and a small self-contained project directory."""
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+import tasks  # noqa: F401  (offline environment before Prefect is imported)
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = Path(__file__).parent / "data"
+
+
+@pytest.fixture(scope="session")
+def prefect_server(tmp_path_factory):
+    """One temporary Prefect server for the whole session; yields its API URL so that
+    subprocesses (stage scripts, dvc) can use it instead of starting their own."""
+    os.environ["PREFECT_HOME"] = str(tmp_path_factory.mktemp("prefect-home"))
+    from prefect.settings import PREFECT_API_URL
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=120):
+        yield PREFECT_API_URL.value()
+
+
+def small_params() -> dict:
+    """The repository's params.yaml, shrunk to run in seconds on the test excerpts
+    (tests/data): every task family, no hub model."""
+    params = yaml.safe_load((ROOT / "params.yaml").read_text(encoding="utf-8"))
+    params["sources"] = {
+        "peoples_daily": {"type": "local", "path": str(DATA / "peoples_daily_sample.txt"), "licence": "MIT"},
+        "sentiment": {"type": "local", "path": str(DATA / "sentiment"), "licence": "MIT"},
+        "lcqmc": {"type": "local", "path": str(DATA / "lcqmc.csv"), "licence": "research use"},
+        "msra_ner": {"type": "local", "path": str(DATA / "msra_ner"), "licence": "research use"},
+    }
+    tasks = params["tasks"]
+    tasks["lcqmc"].update(source="lcqmc", files={"all": "lcqmc.csv"}, split={"dev": 0.1, "test": 0.1})
+    tasks["lcqmc"].pop("limit")
+    for name in ("msra_mrc", "msra_ner"):
+        tasks[name]["limit"] = {"train": 120, "dev": 30, "test": 40}
+    tasks["msra_ner"]["training"]["max_seq_length"] = 48
+    tasks["msra_mrc"]["training"].update(max_seq_length=80, doc_stride=16)
+    params["hub_models"] = {}
+    params["tokenizer"].update(vocab="train", train_vocab_size=1500)
+    params["model"].update(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64)
+    params["pretraining_data"].update(shard_size=300)
+    params["pretrain"].update(token_budget=6000, batch_size=8, log_every=5, checkpoint_every=10)
+    params["finetune"].update(models=["mlm", "wwm", "random"], seeds=[1, 2], epochs=1, max_seq_length=32)
+    return params
+
+
+@pytest.fixture
+def project(tmp_path, monkeypatch):
+    """A project directory (params.yaml, dvc.yaml) using the test excerpts; the cwd during the test."""
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(small_params(), allow_unicode=True), encoding="utf-8")
+    shutil.copy(ROOT / "dvc.yaml", tmp_path / "dvc.yaml")
+    monkeypatch.chdir(tmp_path)
+    return tmp_path

@@ -1,0 +1,118 @@
+"""The whole pipeline through ``dvc repro`` on the test excerpts (a shrunk params.yaml):
+every stage runs its Prefect flow; a second repro does nothing; the data stages are
+byte-identical when forced to rerun; a fine-tuning param reruns only finetune and
+report; the Prefect pipeline flow walks the same graph."""
+
+import json
+import os
+import re
+import shutil
+import subprocess
+
+import pytest
+import yaml
+
+from tests.conftest import ROOT, small_params
+
+pytestmark = pytest.mark.slow
+
+TASKS = ["sentiment", "lcqmc", "msra_mrc", "msra_ner"]
+MODELS = ["mlm", "wwm", "random"]
+DATA_STAGES = ["acquire", *(f"downstream@{t}" for t in TASKS), "ingest", "segment", "tokenize",
+               "pretraining_data@mlm", "pretraining_data@wwm"]
+FINETUNE_STAGES = {f"finetune@{m}-{t}" for m in MODELS for t in TASKS}
+
+
+def run(cmd, repo, env):
+    proc = subprocess.run(cmd, cwd=repo, env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, f"{' '.join(cmd)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    return proc.stdout
+
+
+def ran_stages(output: str) -> set[str]:
+    return set(re.findall(r"Running stage '([^']+)'", output))
+
+
+def lock_outs(repo) -> dict[str, str]:
+    lock = yaml.safe_load((repo / "dvc.lock").read_text())
+    return {out["path"]: out["md5"] for stage in lock["stages"].values() for out in stage.get("outs", [])}
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory, prefect_server):
+    """A git + DVC repository with the project's code and a shrunk params.yaml, after `dvc repro`."""
+    repo = tmp_path_factory.mktemp("repo")
+    for name in ("tasks", "flows"):
+        shutil.copytree(ROOT / name, repo / name, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "dvc.yaml", repo)
+    (repo / "params.yaml").write_text(yaml.safe_dump(small_params(), allow_unicode=True), encoding="utf-8")
+    env = {**os.environ, "PREFECT_API_URL": prefect_server, "PYTHONPATH": str(repo)}
+    for cmd in (["git", "init", "-q"], ["dvc", "init", "-q"], ["dvc", "config", "core.analytics", "false"]):
+        run(cmd, repo, env)
+    out = run(["dvc", "repro"], repo, env)
+    return repo, env, out
+
+
+def test_every_stage_runs_and_produces_its_outputs(repo):
+    repo, _, out = repo
+    assert ran_stages(out) == set(DATA_STAGES) | FINETUNE_STAGES | {"pretrain@mlm", "pretrain@wwm", "init_random",
+                                                                     "report"}
+    for model in MODELS:
+        assert (repo / "models" / model / "model.safetensors").is_file()
+        assert (repo / "models" / model / "tokenizer.json").is_file()
+    headline = {"sentiment": "accuracy", "lcqmc": "accuracy", "msra_mrc": "f1", "msra_ner": "f1"}
+    for task, metric in headline.items():
+        metrics = json.loads((repo / "metrics" / "finetune" / f"random-{task}.json").read_text())
+        assert metrics["dev"][metric]["n"] == 2 and 0 <= metrics["dev"][metric]["mean"] <= 100
+    log = (repo / "metrics" / "pretrain" / "wwm.csv").read_text().splitlines()
+    assert log[0].startswith("step,tokens,loss") and len(log) > 2
+    html = (repo / "reports" / "report.html").read_text()
+    assert "data:image/png;base64," in html and "http://" not in html and "https://" not in html
+    md = (repo / "reports" / "report.md").read_text()
+    for heading in ("Corpus", "Pretraining", "Fine-tuning", "Run times", "Parameters", "Data versions"):
+        assert f"## {heading}" in md
+    manifest = json.loads((repo / "corpora" / "manifest.json").read_text())
+    assert {e["source"] for e in manifest["files"]} == {"peoples_daily", "sentiment", "lcqmc", "msra_ner"}
+    assert all(len(e["sha256"]) == 64 and e["bytes"] > 0 for e in manifest["files"])
+
+
+def test_second_repro_does_nothing(repo):
+    repo, env, _ = repo
+    out = run(["dvc", "repro"], repo, env)
+    assert ran_stages(out) == set()
+
+
+def test_data_stages_are_byte_identical_when_rerun(repo):
+    repo, env, _ = repo
+    before = lock_outs(repo)
+    shutil.rmtree(repo / "data")
+    out = run(["dvc", "repro", "--force", "pretraining_data@mlm", "pretraining_data@wwm"], repo, env)
+    assert set(DATA_STAGES) <= ran_stages(out)
+    after = lock_outs(repo)
+    data_outs = [p for p in before if p.startswith(("data/", "corpora/", "models/tokenizer"))]
+    assert len(data_outs) >= 9
+    assert {p: after[p] for p in data_outs} == {p: before[p] for p in data_outs}
+
+
+def test_finetune_param_reruns_only_finetune_and_report(repo):
+    repo, env, _ = repo
+    run(["dvc", "repro"], repo, env)  # settle anything the previous test forced
+    params = yaml.safe_load((repo / "params.yaml").read_text())
+    params["finetune"]["learning_rate"] = 0.0005
+    (repo / "params.yaml").write_text(yaml.safe_dump(params, allow_unicode=True), encoding="utf-8")
+    out = run(["dvc", "repro"], repo, env)
+    assert ran_stages(out) == FINETUNE_STAGES | {"report"}
+
+
+def test_prefect_pipeline_flow_walks_the_dvc_graph(repo, monkeypatch):
+    repo, env, _ = repo
+    from flows.pipeline import pipeline, stage_order
+
+    monkeypatch.chdir(repo)
+    monkeypatch.setenv("PYTHONPATH", env["PYTHONPATH"])
+    order = stage_order()
+    assert order.index("acquire") < order.index("ingest") < order.index("segment") < order.index("tokenize")
+    assert order.index("pretrain@wwm") < order.index("finetune@wwm-sentiment") < order.index("report")
+    state = pipeline(return_state=True)
+    assert state.is_completed()
+    assert state.result() == order
