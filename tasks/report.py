@@ -209,14 +209,29 @@ def pretraining_section(metrics: Path, objectives: list[str], figures: Path) -> 
     return blocks
 
 
+def as_fractions(result: dict) -> dict:
+    """A fine-tuning metrics dict with every score in [0, 1]. MRC runs store the
+    official CMRC 2018 script's percentages; classification (scikit-learn) and NER
+    (seqeval) store fractions. Summaries' ``n`` is a count and stays as is."""
+    if result.get("family") != "mrc":
+        return result
+    out = dict(result)
+    for split in ("dev", "test"):
+        if split in out:
+            out[split] = {m: {k: (v if k == "n" else v / 100) for k, v in s.items()} for m, s in out[split].items()}
+    out["runs"] = [{**run, **{split: {m: v / 100 for m, v in run[split].items()} for split in ("dev", "test")
+                              if split in run}} for run in out.get("runs", [])]
+    return out
+
+
 def finetune_results(metrics: Path, models: list[str], tasks: list[str]) -> dict[tuple[str, str], dict]:
-    """``(model, task) -> metrics`` of every fine-tuning run found."""
+    """``(model, task) -> metrics`` (scores as fractions) of every fine-tuning run found."""
     found = {}
     for m in models:
         for t in tasks:
             r = load_metrics(metrics / "finetune" / f"{m}-{t}.json")
             if r:
-                found[m, t] = r
+                found[m, t] = as_fractions(r)
     return found
 
 
@@ -246,13 +261,14 @@ def finetune_section(results: dict, models: list[str], tasks: list[str], figures
                 continue
             h = r["headline"]
             gap = r["dev"][h]["mean"] - base["dev"][h]["mean"]
-            spread = max(r["dev"][h]["std"], base["dev"][h]["std"])
-            verdict = "beyond seed spread" if abs(gap) > spread else "within noise"
+            spread = max(s["dev"][h]["max"] - s["dev"][h]["min"] for s in (r, base))
+            verdict = ("better, beyond seed spread" if gap > spread else
+                       "worse, beyond seed spread" if gap < -spread else "within seed spread")
             verdict_rows.append([t, m, f"{100 * gap:+.2f}", f"{100 * spread:.2f}", verdict])
     if verdict_rows:
         blocks.append("**What pretraining buys** (dev, headline metric, mean vs the random-init baseline; a "
-                      "difference counts only when it exceeds the larger of the two seed standard deviations):\n\n"
-                      + table(["task", "model", "Δ vs random", "seed std", "verdict"], verdict_rows))
+                      "difference counts only when it exceeds the larger of the two seed spreads, max - min):\n\n"
+                      + table(["task", "model", "Δ vs random", "seed spread", "verdict"], verdict_rows))
     values = {}
     for (m, t), r in results.items():
         values.setdefault(t, {})[m] = [run["dev"][r["headline"]] for run in r["runs"]]
@@ -343,6 +359,7 @@ def changes_section(results: dict) -> list[str]:
     rows = []
     for (m, t), now in sorted(results.items()):
         before = previous_metrics(Path("metrics") / "finetune" / f"{m}-{t}.json")
+        before = as_fractions(before) if before else None
         h = now["headline"]
         if before and "dev" in before and h in before["dev"]:
             a, b = now["dev"][h]["mean"], before["dev"][h]["mean"]
