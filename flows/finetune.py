@@ -30,7 +30,7 @@ SPLITS = ("train", "dev", "test")
 def run_seed(family, model_dir, labels, data, tables, training, metrics, seed: int, device):
     logger = get_run_logger()
     torch.manual_seed(seed)
-    model = family.model(model_dir, labels, training.dropout)
+    model = family.model(model_dir, labels, training)
     train = fit(model, data["train"], epochs=training.epochs, batch_size=training.batch_size,
                 lr=training.learning_rate, warmup_fraction=training.warmup_fraction,
                 weight_decay=training.weight_decay, max_grad_norm=training.max_grad_norm, seed=seed, device=device,

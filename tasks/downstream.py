@@ -26,11 +26,12 @@ from typing import Callable
 
 import numpy as np
 import pyarrow as pa
+import torch
 from transformers import AutoModelForQuestionAnswering, AutoModelForSequenceClassification, AutoModelForTokenClassification
 
 from tasks import cmrc_metric
 from tasks.acquire import source_file
-from tasks.classification import EncodedClassification, deduplicate, read_polarity_lines, score, split_table
+from tasks.classification import EncodedClassification, MeanPoolClassifier, deduplicate, read_polarity_lines, score, split_table
 from tasks.errors import SourceError
 from tasks.finetune import predict
 from tasks.glue import read_clue_jsonl, read_glue, read_table, table_labels
@@ -174,7 +175,7 @@ class Family:
 
     Attributes:
         labels: split tables -> label names (``None``: regression / spans).
-        model: (model dir, labels, dropout) -> a Hugging Face model with the family's head.
+        model: (model dir, labels, training knobs) -> the encoder with the family's head.
         encode: (table, tokenizer, training knobs, labels) -> a dataset for :func:`tasks.finetune.fit`.
         evaluate: (model, dataset, table, training knobs, labels, metric names, device)
             -> (scores, predictions): scores by metric name, predictions in the
@@ -189,6 +190,13 @@ class Family:
 
 def _dropout(dropout: float) -> dict:
     return {"hidden_dropout_prob": dropout, "attention_probs_dropout_prob": dropout}
+
+
+def _classifier(path, labels: list[str] | None, training) -> torch.nn.Module:
+    num_labels = 1 if labels is None else len(labels)
+    if training.pooling == "mean":
+        return MeanPoolClassifier.from_pretrained(path, num_labels, training.dropout)
+    return AutoModelForSequenceClassification.from_pretrained(path, num_labels=num_labels, **_dropout(training.dropout))
 
 
 def _classification_labels(tables: dict[str, pa.Table]) -> list[str] | None:
@@ -233,21 +241,21 @@ def _evaluate_mrc(model, data, table, training, labels, metrics, device):
 FAMILIES: dict[str, Family] = {
     "classification": Family(
         labels=_classification_labels,
-        model=lambda path, labels, dropout: AutoModelForSequenceClassification.from_pretrained(
-            path, num_labels=1 if labels is None else len(labels), **_dropout(dropout)),
+        model=_classifier,
         encode=lambda table, tok, training, labels: EncodedClassification.encode(table, tok, training.max_seq_length),
         evaluate=_evaluate_classification),
     "ner": Family(
         labels=lambda tables: label_list([s for t in tables.values() for s in ner_sentences(t)]),
-        model=lambda path, labels, dropout: AutoModelForTokenClassification.from_pretrained(
+        model=lambda path, labels, training: AutoModelForTokenClassification.from_pretrained(
             path, num_labels=len(labels), id2label=dict(enumerate(labels)),
-            label2id={l: i for i, l in enumerate(labels)}, **_dropout(dropout)),
+            label2id={l: i for i, l in enumerate(labels)}, **_dropout(training.dropout)),
         encode=lambda table, tok, training, labels: EncodedNer.encode(ner_sentences(table), tok, labels,
                                                                       training.max_seq_length),
         evaluate=_evaluate_ner),
     "mrc": Family(
         labels=lambda tables: None,
-        model=lambda path, labels, dropout: AutoModelForQuestionAnswering.from_pretrained(path, **_dropout(dropout)),
+        model=lambda path, labels, training: AutoModelForQuestionAnswering.from_pretrained(
+            path, **_dropout(training.dropout)),
         encode=lambda table, tok, training, labels: MrcFeatures.encode(
             mrc_examples(table), tok, training.max_seq_length, training.doc_stride),
         evaluate=_evaluate_mrc),

@@ -198,6 +198,8 @@ class Training(_Strict):
     weight_decay: float = Field(ge=0)
     max_grad_norm: float = Field(gt=0)
     dropout: float = Field(ge=0, lt=1, description="hidden and attention dropout while fine-tuning")
+    pooling: Literal["mean", "cls"] = Field(default="mean", description="classification: sentence vector "
+                                            "(tasks.classification.MeanPoolClassifier) or BERT's [CLS] pooler")
     doc_stride: int = Field(default=64, ge=1, description="MRC: tokens shared by consecutive windows")
     max_answer_length: int = Field(default=30, ge=1, description="MRC: longest answer, in tokens")
     n_best: int = Field(default=20, ge=1, description="MRC: start/end candidates per window")

@@ -3,6 +3,7 @@
 import numpy as np
 import pyarrow as pa
 import pytest
+import torch
 from transformers import BertTokenizerFast
 
 from tasks.classification import (EncodedClassification, classification_metrics, deduplicate,
@@ -77,3 +78,38 @@ def test_summarize():
     assert s["mean"] == pytest.approx(0.85) and s["max"] == 0.9 and s["min"] == 0.8 and s["n"] == 3
     assert s["std"] == pytest.approx(0.05)
     assert summarize([0.7])["std"] == 0.0
+
+
+def _tiny_encoder():
+    from transformers import BertConfig, BertModel
+
+    torch.manual_seed(0)
+    return BertModel(BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                                intermediate_size=32, max_position_embeddings=16))
+
+
+def test_mean_pool_head_ignores_padding_and_averages_token_states():
+    from tasks.classification import MeanPoolClassifier
+
+    model = MeanPoolClassifier(_tiny_encoder(), num_labels=3, dropout=0.0).eval()
+    ids = torch.tensor([[2, 7, 9, 3, 0, 0]])
+    mask = torch.tensor([[1, 1, 1, 1, 0, 0]])
+    with torch.no_grad():
+        padded = model(input_ids=ids, attention_mask=mask).logits
+        short = model(input_ids=ids[:, :4], attention_mask=mask[:, :4]).logits
+        states = model.encoder(input_ids=ids[:, :4], attention_mask=mask[:, :4]).last_hidden_state
+    assert padded.shape == (1, 3)
+    torch.testing.assert_close(padded, short)
+    torch.testing.assert_close(short, model.classifier(states.mean(1)))
+
+
+def test_mean_pool_head_losses():
+    from tasks.classification import MeanPoolClassifier
+
+    ids, mask = torch.tensor([[2, 7, 3], [2, 8, 3]]), torch.ones(2, 3, dtype=torch.long)
+    clf = MeanPoolClassifier(_tiny_encoder(), num_labels=2, dropout=0.0)
+    out = clf(input_ids=ids, attention_mask=mask, labels=torch.tensor([0, 1]))
+    torch.testing.assert_close(out.loss, torch.nn.functional.cross_entropy(out.logits, torch.tensor([0, 1])))
+    reg = MeanPoolClassifier(_tiny_encoder(), num_labels=1, dropout=0.0)
+    out = reg(input_ids=ids, attention_mask=mask, labels=torch.tensor([0.5, 2.0]))
+    torch.testing.assert_close(out.loss, ((out.logits[:, 0] - torch.tensor([0.5, 2.0])) ** 2).mean())
