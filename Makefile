@@ -16,8 +16,9 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[test]"
 	touch $@
 
+# One local Prefect server for all stages (each would otherwise start its own).
 repro: setup
-	dvc repro
+	python -m tasks.prefect_server dvc repro
 
 test: setup
 	pytest
