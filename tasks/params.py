@@ -228,7 +228,7 @@ class DownstreamTask(_Strict):
     labels: list[str] | None = None
     scheme: Literal["bio", "bioes", "bmes"] = "bio"
     queries: dict[str, str] | None = None
-    training: dict[str, float | int] = Field(default_factory=dict, description="overrides of finetune knobs")
+    training: dict[str, float | int | str] = Field(default_factory=dict, description="overrides of finetune knobs")
 
     @model_validator(mode="after")
     def _consistent(self) -> "DownstreamTask":
@@ -312,6 +312,12 @@ class Params(_Strict):
         for name in self.finetune.tasks:
             if name not in self.tasks:
                 raise ValueError(f"finetune.tasks: no task named {name!r} in tasks")
+        for name, task in self.tasks.items():
+            try:
+                self.finetune.for_task(task)
+            except ValidationError as exc:
+                problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+                raise ValueError(f"tasks.{name}.training: {problems}") from None
         return self
 
     def task(self, name: str) -> DownstreamTask:

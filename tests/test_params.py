@@ -59,3 +59,13 @@ def test_dangling_source(tmp_path, raw):
 def test_missing_file(tmp_path):
     with pytest.raises(ParamsError, match="parameter file not found"):
         load_params(tmp_path / "none.yaml")
+
+
+def test_task_training_overrides(tmp_path, raw):
+    raw["tasks"]["sentiment"]["training"] = {"pooling": "cls", "epochs": 5}
+    params = load_params(write(tmp_path, raw))
+    training = params.finetune.for_task(params.task("sentiment"))
+    assert (training.pooling, training.epochs, training.learning_rate) == ("cls", 5, raw["finetune"]["learning_rate"])
+    raw["tasks"]["sentiment"]["training"] = {"pooling": "max"}
+    with pytest.raises(ParamsError, match=r"tasks.sentiment.training: pooling: Input should be 'mean' or 'cls'"):
+        load_params(write(tmp_path, raw))
