@@ -13,6 +13,7 @@ so ``prefect server start`` later shows them in the UI. When
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -74,9 +75,17 @@ def main(argv: list[str]) -> int:
     if not argv:
         print("usage: python -m tasks.prefect_server COMMAND [ARGS...]", file=sys.stderr)
         return 2
+    # A terminated wrapper must still stop its server (the `finally` above), not orphan it.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     with prefect_server() as api_url:
         print(f"Prefect API: {api_url}", file=sys.stderr)
-        return subprocess.call(argv, env={**os.environ, "PREFECT_API_URL": api_url})
+        child = subprocess.Popen(argv, env={**os.environ, "PREFECT_API_URL": api_url})
+        try:
+            return child.wait()
+        finally:
+            if child.poll() is None:  # we were terminated: stop the command too
+                child.terminate()
+                child.wait()
 
 
 if __name__ == "__main__":
