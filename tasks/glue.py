@@ -191,12 +191,15 @@ def _table(ids: list[str], a: list[str], b: list[str | None] | None, labels: lis
                      "label": labels}, schema=schema)
 
 
-def _text_problem(a: str, b: str | None, pair: bool) -> str | None:
-    if not a:
-        return "text_a is empty"
-    if pair and not b:
-        return "text_b is empty"
-    return None
+def _texts(a: str | None, b: str | None, pair: bool, where: str, issues: Issues) -> tuple[str, str | None] | None:
+    """The normalised text(s) of a record, or None (reported as malformed) when one is empty or null."""
+    a = normalise(a or "")
+    b = normalise(b or "") if pair else None
+    problem = "text_a is empty or null" if not a else "text_b is empty or null" if pair and not b else None
+    if problem:
+        _drop(issues, where, "text", problem)
+        return None
+    return a, b
 
 
 def read_glue(path: Path, task: str, issues: Issues) -> pa.Table:
@@ -274,12 +277,10 @@ def read_glue(path: Path, task: str, issues: Issues) -> pa.Table:
         else:
             _drop(issues, where, "label", f"label {token!r} is not one of {', '.join(spec.labels)}")
             continue
-        a = normalise(row[ia])
-        b = normalise(row[ib]) if ib is not None else None
-        problem = _text_problem(a, b, ib is not None)
-        if problem:
-            _drop(issues, where, "text", problem)
+        texts = _texts(row[ia], row[ib] if ib is not None else None, ib is not None, where, issues)
+        if texts is None:
             continue
+        a, b = texts
         ids.append(f"{spec.name}-{path.stem}-{line}")
         a_texts.append(a)
         b_texts.append(b)
@@ -355,12 +356,10 @@ def read_clue_jsonl(path: Path, text_a: str, text_b: str | None, label: str, lab
         if labels is not None and value not in labels:
             _drop(issues, where, "label", f"label {value!r} is not one of {', '.join(labels)}")
             continue
-        a = normalise(obj[text_a])
-        b = normalise(obj[text_b]) if text_b is not None else None
-        problem = _text_problem(a, b, text_b is not None)
-        if problem:
-            _drop(issues, where, "text", problem)
+        texts = _texts(obj[text_a], obj[text_b] if text_b is not None else None, text_b is not None, where, issues)
+        if texts is None:
             continue
+        a, b = texts
         records.append((f"{prefix or path.stem}-{number}", a, b, value))
     if labels is None:
         labels = _label_order({r[3] for r in records})
@@ -498,12 +497,10 @@ def read_table(path: Path, text_a: str, text_b: str | None, label: str, issues: 
             _drop(issues, where, "label", f"label {value!r} is not "
                   + ("a finite number" if regression else "a class index (an integer >= 0)"))
             continue
-        a = normalise(a) if a is not None else ""
-        b = (normalise(b) if b is not None else "") if text_b is not None else None
-        problem = _text_problem(a, b, text_b is not None)
-        if problem:
-            _drop(issues, where, "text", f"{problem} or null")
+        texts = _texts(a, b, text_b is not None, where, issues)
+        if texts is None:
             continue
+        a, b = texts
         ids.append(f"{prefix or path.stem}-{n}")
         a_texts.append(a)
         b_texts.append(b)
