@@ -10,6 +10,7 @@ incomplete model fails here, with the model's name, not in every fine-tuning run
 import sys
 from pathlib import Path
 
+import torch
 from prefect import flow
 from transformers import AutoModel, AutoTokenizer
 
@@ -27,6 +28,9 @@ def import_model(name: str) -> None:
     if spec is None:
         raise SourceError(f"no model {name!r} in hub_models ({', '.join(params.hub_models) or 'none declared'})")
     location = spec.hub_id or str(paths.RAW / spec.source / spec.path if spec.source else Path(spec.path))
+    # Weights missing from a checkpoint (often the pooler) are initialised at random: seed
+    # them so that the imported model, like every other artifact, is byte-identical per seed.
+    torch.manual_seed(params.seed)
     try:
         tokenizer = AutoTokenizer.from_pretrained(location)
         model = AutoModel.from_pretrained(location)
