@@ -110,3 +110,8 @@ def write_jsonl(path: str | os.PathLike, rows: list[dict]) -> None:
     with open(path, "w", encoding="utf-8") as f:
         for row in rows:
             f.write(json.dumps(row, ensure_ascii=False, sort_keys=True, allow_nan=False) + "\n")
+
+
+def read_jsonl(path: str | os.PathLike) -> list[dict]:
+    """The objects of a file written by :func:`write_jsonl`, one per non-empty line."""
+    return [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line]

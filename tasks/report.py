@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import csv
+import json
 import math
 import re
 import subprocess
@@ -19,11 +20,12 @@ from pathlib import Path
 import markdown
 import matplotlib
 import numpy as np
+import pyarrow.parquet as pq
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from tasks.io import read_json  # noqa: E402
+from tasks.io import read_json, read_jsonl  # noqa: E402
 
 # --------------------------------------------------------------------------- formatting
 
@@ -85,8 +87,6 @@ def provenance(lock_file: Path = Path("dvc.lock")) -> dict:
 
 def previous_metrics(path: Path, rev: str = "HEAD") -> dict | None:
     """The committed version of a metrics file at ``rev``, if any (for "what changed")."""
-    import json
-
     text = _git("show", f"{rev}:{path.as_posix()}")
     try:
         return json.loads(text) if text else None
@@ -300,12 +300,6 @@ def plot_grouped(values: dict[str, dict[str, list[float]]], models: list[str], y
     return path
 
 
-def _read_jsonl(path: Path) -> list[dict]:
-    import json
-
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
-
-
 def _spans(tokens: list[str], tags: list[str]) -> str:
     from tasks.mrc import bio_spans
 
@@ -315,10 +309,6 @@ def _spans(tokens: list[str], tags: list[str]) -> str:
 def errors_section(results: dict, models: list[str], tasks: list[str], predictions: Path, data: Path,
                    per_task: int = 3) -> list[str]:
     """A few wrong test predictions per task, from the first pipeline model's first seed."""
-    import json
-
-    import pyarrow.parquet as pq
-
     blocks = []
     for t in tasks:
         model = next((m for m in models if m != "random" and (m, t) in results), None)
@@ -330,7 +320,7 @@ def errors_section(results: dict, models: list[str], tasks: list[str], predictio
         test = {row["id"]: row for row in pq.read_table(data / t / "test.parquet").to_pylist()}
         rows = []
         if r["family"] == "mrc":
-            answers = json.loads((folder / f"test-seed{seed}.json").read_text(encoding="utf-8"))
+            answers = read_json(folder / f"test-seed{seed}.json")
             for qid, pred in answers.items():
                 gold = [a["text"] for a in test[qid]["answers"]]
                 if pred not in gold:
@@ -338,7 +328,7 @@ def errors_section(results: dict, models: list[str], tasks: list[str], predictio
                                  pred or "(empty)"])
             header = ["question", "context", "gold", "predicted"]
         else:
-            for row in _read_jsonl(folder / f"test-seed{seed}.jsonl"):
+            for row in read_jsonl(folder / f"test-seed{seed}.jsonl"):
                 if r["family"] == "ner" and row["gold"] != row["prediction"]:
                     rows.append(["".join(row["tokens"])[:60], _spans(row["tokens"], row["gold"]),
                                  _spans(row["tokens"], row["prediction"])])
