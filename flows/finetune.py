@@ -47,8 +47,9 @@ def run_seed(family, model_dir, labels, data, tables, training, metrics, seed: i
 def finetune(model_name: str, task_name: str) -> None:
     params = load_params()
     cfg, spec = params.finetune, params.task(task_name)
-    if model_name not in cfg.models:
-        raise ParamsError(f"model {model_name!r} is not in finetune.models ({', '.join(cfg.models)})")
+    if model_name not in params.finetune_models:
+        raise ParamsError(f"model {model_name!r} is neither in compare nor in finetune.baselines "
+                          f"({', '.join(params.finetune_models)})")
     training, family = cfg.for_task(spec), FAMILIES[spec.family]
     model_dir = paths.MODELS / model_name
     tokenizer = AutoTokenizer.from_pretrained(model_dir)

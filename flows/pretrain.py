@@ -1,51 +1,70 @@
 """Stage ``pretrain@<objective>``: pretrain a BERT encoder from scratch on the objective's
-masked data; resumable; saves a Hugging Face model + tokenizer to ``models/<objective>``."""
+data (static or dynamic masking; MLM or PerLM head, plus NSP/SOP); resumable; saves a
+Hugging Face model + tokenizer to ``models/<objective>`` and the other heads beside it."""
 
 import hashlib
 import json
 import sys
 
+import pyarrow.parquet as pq
 import torch
 from prefect import flow, get_run_logger
+from safetensors.torch import save_file
 from transformers import AutoTokenizer
 
 from tasks import paths
 from tasks.io import atomic_outputs, sha256_tree, write_json
-from tasks.modeling import bert_config, new_masked_lm, resolve_device
+from tasks.modeling import PretrainingModel, bert_config, new_masked_lm, resolve_device
 from tasks.params import load_params
-from tasks.pretrain import MaskedExamples, train, write_log
-from tasks.pretraining_data import read_shards
+from tasks.pretrain import DynamicMasker, PretrainingExamples, train, write_log
+from tasks.pretraining_data import masking_config, read_shards
+from tasks.similar_words import similar_words_from_table
 from tasks.stage import run_stage, stage_task
+from tasks.tokenization import random_token_ids
+
+HEADS_FILE = "pretraining_heads.safetensors"  # PerLM / NSP / SOP heads, not part of the Hugging Face model
 
 
 @flow(name="pretrain")
 def pretrain(objective: str) -> None:
     params = load_params()
-    params.objective(objective)
+    spec = params.objective(objective)
+    masking = masking_config(spec, params.pretraining_data)
     logger = get_run_logger()
     data_dir = paths.PRETRAINING / objective
-    data = MaskedExamples.from_table(read_shards(data_dir))
     tokenizer = AutoTokenizer.from_pretrained(paths.TOKENIZER)
+    masker = None
+    if spec.dynamic:
+        similar = similar_words_from_table(pq.read_table(paths.LEXICON)) if masking.similar else None
+        masker = DynamicMasker(masking, params.seed, objective, tokenizer.mask_token_id,
+                               random_token_ids(tokenizer), similar)
+    data = PretrainingExamples.from_table(read_shards(data_dir), masker)
     config = bert_config(params.model, len(tokenizer), params.pretraining_data.max_seq_length,
                          tokenizer.pad_token_id)
-    model = new_masked_lm(config, params.seed, params.model.sinusoidal_position_amplitude)
+    model = PretrainingModel(new_masked_lm(config, params.seed, params.model.sinusoidal_position_amplitude),
+                             predicts_positions=masking.predicts_positions,
+                             sentence_task=spec.sentence_task is not None)
     device = resolve_device(params.pretrain.device)
     # A checkpoint is reused only by a run with the same params and data.
     fingerprint = hashlib.sha256(json.dumps(
-        [params.model.model_dump(), params.pretrain.model_dump(), params.seed, sha256_tree(data_dir)],
-        sort_keys=True).encode()).hexdigest()
+        [params.model.model_dump(), params.pretrain.model_dump(), spec.model_dump(), params.seed,
+         sha256_tree(data_dir)], sort_keys=True).encode()).hexdigest()
     checkpoint = paths.CHECKPOINTS / "pretrain" / objective / "last.pt"
-    logger.info(f"{objective}: {len(data)} examples, {sum(p.numel() for p in model.parameters()):,} parameters,"
-                f" device {device}, {torch.get_num_threads()} threads")
+    n_params = sum(p.numel() for p in model.mlm.parameters())
+    logger.info(f"{objective}: {len(data)} examples ({'dynamic' if spec.dynamic else 'static'} masking), "
+                f"{n_params:,} encoder+MLM parameters, device {device}, {torch.get_num_threads()} threads")
     summary = stage_task(train)(model, data, params.pretrain, seed=params.seed, device=device,
                                 checkpoint=checkpoint, fingerprint=fingerprint, log=logger.info)
     rows = summary.pop("rows")
-    summary.update(objective=objective, parameters=sum(p.numel() for p in model.parameters()),
-                   device=str(device), threads=torch.get_num_threads())
+    summary.update(objective=objective, parameters=n_params, device=str(device), threads=torch.get_num_threads(),
+                   dynamic=spec.dynamic, sentence_task=spec.sentence_task,
+                   token_target="position" if masking.predicts_positions else "token")
     with atomic_outputs(paths.MODELS / objective, paths.stage_metrics("pretrain", objective),
                         paths.stage_metrics("pretrain", objective, ".csv")) as (out, metrics, log_csv):
-        model.save_pretrained(out)
+        model.mlm.save_pretrained(out)
         tokenizer.save_pretrained(out)
+        if heads := model.extra_heads():
+            save_file({k: v.contiguous() for k, v in heads.items()}, out / HEADS_FILE)
         write_json(metrics, summary)
         write_log(log_csv, rows)
     checkpoint.unlink(missing_ok=True)

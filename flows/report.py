@@ -21,8 +21,8 @@ def report() -> None:
     params = load_params()
     out = paths.REPORTS
     with atomic_outputs(out / "report.md", out / "report.html", out / "figures") as (md_file, html_file, figures):
-        text = stage_task(build_report)(Path(PARAMS_FILE).read_text(encoding="utf-8"), list(params.objectives),
-                                        params.finetune.models, params.finetune.tasks, paths.METRICS,
+        text = stage_task(build_report)(Path(PARAMS_FILE).read_text(encoding="utf-8"), params.compare,
+                                        params.finetune_models, params.finetune.tasks, paths.METRICS,
                                         paths.PREDICTIONS, paths.DOWNSTREAM, figures)
         # The Markdown refers to figures/...; render the HTML against the temporary folder.
         md_file.write_text(text, encoding="utf-8")

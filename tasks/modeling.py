@@ -1,7 +1,9 @@
-"""BERT encoders: configuration, devices, and the masked-position MLM loss.
+"""BERT encoders: configuration, devices, the pretraining heads and their losses.
 
-Models are plain Hugging Face ``BertForMaskedLM`` objects, so every saved model
-loads with ``AutoModelForMaskedLM`` / ``AutoModel`` and any fine-tuning head.
+The encoder and its MLM head are a plain Hugging Face ``BertForMaskedLM``, so
+every saved model loads with ``AutoModelForMaskedLM`` / ``AutoModel`` and any
+fine-tuning head. The other pretraining heads (PerLM positions, NSP/SOP) live
+beside it in :class:`PretrainingModel` and are saved to their own file.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import math
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 from transformers import BertConfig, BertForMaskedLM
 
 from tasks.params import ModelSize
@@ -73,23 +76,87 @@ def new_masked_lm(config: BertConfig, seed: int, sinusoidal_position_amplitude: 
     return model
 
 
-def masked_lm_loss(model: BertForMaskedLM, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                   rows: torch.Tensor, cols: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Cross-entropy of the MLM head at the masked positions only.
+class PositionHead(nn.Module):
+    """PerLM head (PERT, Cui et al. 2022, §3.2): a classifier over input positions.
 
-    The vocabulary projection runs on the ``M`` masked positions instead of all
-    ``B * L`` positions (``BertForMaskedLM.forward`` projects every position; on
-    a small model that dominates the cost, 4x slower here).
+    BERT's MLM transform (dense, GELU, LayerNorm) followed by a projection to
+    ``max_position_embeddings`` classes, as PERT replaces the vocabulary
+    prediction space by the sequence positions; logits of padding positions are
+    set to ``-inf`` so the model chooses among the tokens of its own input.
+    """
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.transform = nn.Sequential(nn.Linear(config.hidden_size, config.hidden_size), nn.GELU(),
+                                       nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps))
+        self.decoder = nn.Linear(config.hidden_size, config.max_position_embeddings)
+
+    def forward(self, hidden: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+        """``hidden [M, H]``, ``valid bool [M, W]`` (the positions of each prediction's row) -> logits ``[M, W]``."""
+        logits = self.decoder(self.transform(hidden))[:, : valid.shape[1]]
+        return logits.masked_fill(~valid, float("-inf"))
+
+
+class SentenceHead(nn.Module):
+    """NSP / SOP head: BERT's pooler (dense + tanh on [CLS]) and a 2-way classifier (Devlin et al. 2019, §3.1)."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.pooler = nn.Sequential(nn.Linear(config.hidden_size, config.hidden_size), nn.Tanh())
+        self.classifier = nn.Linear(config.hidden_size, 2)
+
+    def forward(self, cls_hidden: torch.Tensor) -> torch.Tensor:
+        """``[B, H]`` -> logits ``[B, 2]``."""
+        return self.classifier(self.pooler(cls_hidden))
+
+
+class PretrainingModel(nn.Module):
+    """An encoder with its MLM head (``mlm``) and, per objective, a PerLM head and an NSP/SOP head.
 
     Args:
-        input_ids, attention_mask: ``int64 [B, L]``.
-        rows, cols: ``int64 [M]`` batch row and position of each masked token.
-        labels: ``int64 [M]`` original token ids.
-    Returns:
-        ``(loss, correct)``: mean loss (scalar) and the number of correct argmax predictions (scalar).
+        mlm: the ``BertForMaskedLM`` whose encoder is pretrained (the saved artifact).
+        predicts_positions: PerLM: token predictions are positions (:class:`PositionHead`).
+        sentence_task: add a :class:`SentenceHead` (NSP or SOP).
     """
-    hidden = model.bert(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-    logits = model.cls(hidden[rows, cols])
-    loss = F.cross_entropy(logits.float(), labels)
-    correct = (logits.argmax(-1) == labels).sum()
-    return loss, correct
+
+    def __init__(self, mlm: BertForMaskedLM, predicts_positions: bool = False, sentence_task: bool = False):
+        super().__init__()
+        self.mlm = mlm
+        self.position_head = PositionHead(mlm.config) if predicts_positions else None
+        self.sentence_head = SentenceHead(mlm.config) if sentence_task else None
+
+    def forward(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """Total loss (token loss + sentence loss, summed as in BERT) and its parts.
+
+        Args:
+            batch: ``input_ids``, ``attention_mask``, ``token_type_ids`` (``int64 [B, L]``);
+                ``rows``, ``cols``, ``labels`` (``int64 [M]``: the predicted positions
+                and their labels, token ids or, for PerLM, positions);
+                ``sentence_labels`` (``int64 [B]``, with a sentence head).
+        Returns:
+            ``(loss, parts)``: parts holds ``token_loss``, ``token_correct``, and with a
+            sentence head ``sentence_loss``, ``sentence_correct`` (detached scalars).
+        """
+        # The vocabulary projection runs on the M chosen positions only, not all B * L
+        # (BertForMaskedLM.forward projects every position: 4x slower on a small model).
+        hidden = self.mlm.bert(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                               token_type_ids=batch["token_type_ids"]).last_hidden_state
+        rows, cols, labels = batch["rows"], batch["cols"], batch["labels"]
+        picked = hidden[rows, cols]
+        if self.position_head is not None:
+            logits = self.position_head(picked, batch["attention_mask"][rows].bool())
+        else:
+            logits = self.mlm.cls(picked)
+        loss = F.cross_entropy(logits.float(), labels)
+        parts = {"token_loss": loss.detach(), "token_correct": (logits.argmax(-1) == labels).sum()}
+        if self.sentence_head is not None:
+            sentence_logits = self.sentence_head(hidden[:, 0])
+            sentence_loss = F.cross_entropy(sentence_logits.float(), batch["sentence_labels"])
+            loss = loss + sentence_loss
+            parts.update(sentence_loss=sentence_loss.detach(),
+                         sentence_correct=(sentence_logits.argmax(-1) == batch["sentence_labels"]).sum())
+        return loss, parts
+
+    def extra_heads(self) -> dict[str, torch.Tensor]:
+        """State of the heads that are not part of the Hugging Face model (saved beside it)."""
+        return {k: v for k, v in self.state_dict().items() if not k.startswith("mlm.")}

@@ -101,26 +101,41 @@ class Tokenizer(_Strict):
 
 # --------------------------------------------------------------------------- objectives
 
-MASKING_SCHEMES = ("mlm", "wwm")
+MASKING_SCHEMES = ("mlm", "wwm", "ngram")
+SENTENCE_TASKS = ("nsp", "sop")
 
 
 class Replacement(_Strict):
-    """How a chosen token is corrupted (BERT: 80% [MASK], 10% random, 10% kept)."""
+    """What a chosen token becomes; the shares sum to 1 (see :mod:`tasks.masking`).
 
-    mask: float = Field(ge=0, le=1)
-    random: float = Field(ge=0, le=1)
-    keep: float = Field(ge=0, le=1)
+    BERT 80/10/10 = ``{mask: 0.8, random: 0.1, keep: 0.1}``; Mac = ``{similar: 0.8,
+    random: 0.1, keep: 0.1}``; PerLM = ``{permute: 0.9, keep: 0.1}``; MacBERT's
+    ablations: all mask ``{mask: 0.9, keep: 0.1}``, random replace ``{random: 0.9, keep: 0.1}``.
+    """
+
+    mask: float = Field(0.0, ge=0, le=1)
+    random: float = Field(0.0, ge=0, le=1)
+    similar: float = Field(0.0, ge=0, le=1)
+    permute: float = Field(0.0, ge=0, le=1)
+    keep: float = Field(0.0, ge=0, le=1)
 
     @model_validator(mode="after")
     def _sums_to_one(self) -> "Replacement":
-        total = self.mask + self.random + self.keep
+        total = self.mask + self.random + self.similar + self.permute + self.keep
         if not math.isclose(total, 1.0, abs_tol=1e-9):
-            raise ValueError(f"mask + random + keep must sum to 1, got {total:g}")
+            raise ValueError(f"mask + random + similar + permute + keep must sum to 1, got {total:g}")
+        if self.permute and (self.mask or self.random or self.similar):
+            raise ValueError("permute (PerLM) predicts positions and cannot be mixed with mask, random or similar")
         return self
 
 
 class Objective(_Strict):
-    masking: str = Field(description=f"one of {', '.join(MASKING_SCHEMES)}")
+    """A pretraining objective: token selection, replacement, sentence task, static or dynamic masking."""
+
+    masking: str = Field(description=f"token selection: one of {', '.join(MASKING_SCHEMES)}")
+    replacement: Replacement = Replacement(mask=0.8, random=0.1, keep=0.1)
+    sentence_task: str | None = Field(None, description=f"one of {', '.join(SENTENCE_TASKS)}, or null")
+    dynamic: bool = Field(False, description="draw masks at batch time (RoBERTa) instead of in the data")
 
     @field_validator("masking")
     @classmethod
@@ -129,15 +144,43 @@ class Objective(_Strict):
             raise ValueError(f"unknown masking scheme {value!r}; known: {', '.join(MASKING_SCHEMES)}")
         return value
 
+    @field_validator("sentence_task")
+    @classmethod
+    def _known_sentence_task(cls, value: str | None) -> str | None:
+        if value is not None and value not in SENTENCE_TASKS:
+            raise ValueError(f"unknown sentence task {value!r}; known: {', '.join(SENTENCE_TASKS)} (or null)")
+        return value
+
+    @model_validator(mode="after")
+    def _similar_needs_words(self) -> "Objective":
+        if self.replacement.similar and self.masking == "mlm":
+            raise ValueError("replacement.similar (Mac) replaces whole words: use masking wwm or ngram")
+        return self
+
 
 class PretrainingData(_Strict):
     max_seq_length: int = Field(ge=8, le=512)
     masked_lm_prob: float = Field(gt=0, lt=1)
     max_predictions_per_seq: int = Field(ge=1)
-    replacement: Replacement
-    dupe_factor: int = Field(ge=1)
+    ngram_probabilities: list[float] = Field(min_length=1, description="P(span of 1, 2, ... words), N-gram masking")
+    dupe_factor: int = Field(ge=1, description="masked copies of the corpus (static masking only)")
     shard_size: int = Field(ge=1)
     workers: int = Field(ge=1)
+
+    @field_validator("ngram_probabilities")
+    @classmethod
+    def _distribution(cls, value: list[float]) -> list[float]:
+        if min(value) < 0 or not math.isclose(sum(value), 1.0, abs_tol=1e-6):
+            raise ValueError(f"must be non-negative and sum to 1, got {value} (sum {sum(value):g})")
+        return value
+
+
+class SimilarWordsSpec(_Strict):
+    """Where Mac's similar words come from (stage ``similar_words``)."""
+
+    source: str
+    file: str
+    neighbours: int = Field(ge=1, le=100, description="nearest neighbours considered per word")
 
 
 # --------------------------------------------------------------------------- models and training
@@ -251,7 +294,7 @@ class DownstreamTask(_Strict):
 
 
 class Finetune(Training):
-    models: list[str] = Field(min_length=1)
+    baselines: list[str] = Field(description="models fine-tuned beside the compared objectives: random, hub_models")
     tasks: list[str] = Field(min_length=1)
     seeds: list[int] = Field(min_length=1)
     device: str = "auto"
@@ -284,7 +327,9 @@ class Params(_Strict):
     corpus: Corpus
     segment: Segment
     tokenizer: Tokenizer
+    similar_words: SimilarWordsSpec
     objectives: dict[str, Objective] = Field(min_length=1)
+    compare: list[str] = Field(min_length=1, description="objectives to pretrain, fine-tune and compare")
     pretraining_data: PretrainingData
     model: ModelSize
     pretrain: Pretrain
@@ -305,10 +350,16 @@ class Params(_Strict):
                 raise ValueError(f"hub_models.{name}.source: no source named {model.source!r} in sources")
         if self.tokenizer.vocab != "train" and self.tokenizer.vocab not in self.sources:
             raise ValueError(f"tokenizer.vocab: {self.tokenizer.vocab!r} is neither 'train' nor a source name")
-        known = {"random", *self.objectives, *self.hub_models}
-        for name in self.finetune.models:
-            if name not in known:
-                raise ValueError(f"finetune.models: {name!r} is not 'random', an objective or a hub_models name")
+        if self.similar_words.source not in self.sources:
+            raise ValueError(f"similar_words.source: no source named {self.similar_words.source!r} in sources")
+        for name in self.compare:
+            if name not in self.objectives:
+                raise ValueError(f"compare: {name!r} is not an objective; objectives: {', '.join(self.objectives)}")
+        for name in self.finetune.baselines:
+            if name != "random" and name not in self.hub_models:
+                raise ValueError(f"finetune.baselines: {name!r} is neither 'random' nor a hub_models name")
+        if len(set(self.finetune_models)) != len(self.finetune_models):
+            raise ValueError("compare and finetune.baselines must not repeat a name")
         for name in self.finetune.tasks:
             if name not in self.tasks:
                 raise ValueError(f"finetune.tasks: no task named {name!r} in tasks")
@@ -319,6 +370,11 @@ class Params(_Strict):
                 problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
                 raise ValueError(f"tasks.{name}.training: {problems}") from None
         return self
+
+    @property
+    def finetune_models(self) -> list[str]:
+        """Every fine-tuned model: the compared objectives, then the baselines."""
+        return [*self.compare, *self.finetune.baselines]
 
     def task(self, name: str) -> DownstreamTask:
         """The downstream task called ``name``; :class:`ParamsError` if there is none."""

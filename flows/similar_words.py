@@ -1,0 +1,35 @@
+"""Stage ``similar_words``: the lexicon of corpus words and their similar words (nearest
+neighbours by word-vector cosine) that Mac, MLM as correction, replaces words with."""
+
+import sys
+import time
+
+import pyarrow.parquet as pq
+from prefect import flow, get_run_logger
+from transformers import AutoTokenizer
+
+from tasks import paths
+from tasks.acquire import source_file
+from tasks.io import atomic_outputs, write_json, write_parquet
+from tasks.params import load_params
+from tasks.similar_words import build_lexicon, load_word_vectors
+from tasks.stage import run_stage, stage_task
+
+
+@flow(name="similar-words")
+def similar_words() -> None:
+    spec = load_params().similar_words
+    start = time.perf_counter()
+    words, vectors = stage_task(load_word_vectors)(source_file(paths.RAW, spec.source, spec.file))
+    corpus_words = pq.read_table(paths.SEGMENTED, columns=["words"]).column("words").combine_chunks().flatten()
+    tokenizer = AutoTokenizer.from_pretrained(paths.TOKENIZER)
+    table, stats = stage_task(build_lexicon)(corpus_words, words, vectors, tokenizer, spec.neighbours)
+    stats["wall_sec"] = round(time.perf_counter() - start, 2)
+    get_run_logger().info(f"similar words: {stats}")
+    with atomic_outputs(paths.LEXICON, paths.stage_metrics("similar_words")) as (out, metrics):
+        write_parquet(out, table)
+        write_json(metrics, stats)
+
+
+if __name__ == "__main__":
+    run_stage(similar_words, *sys.argv[1:])
