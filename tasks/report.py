@@ -21,6 +21,7 @@ import markdown
 import matplotlib
 import numpy as np
 import pyarrow.parquet as pq
+import yaml
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -188,7 +189,17 @@ def corpus_section(metrics: Path, tasks: list[str]) -> list[str]:
     return blocks
 
 
-def pretraining_section(metrics: Path, objectives: list[str], figures: Path) -> list[str]:
+def describe_objective(spec: dict) -> str:
+    """``wwm; mask 80 / random 10 / keep 10; + SOP; dynamic`` for an objective's params."""
+    shares = spec.get("replacement") or {"mask": 0.8, "random": 0.1, "keep": 0.1}
+    parts = [spec["masking"], " / ".join(f"{k} {100 * v:g}" for k, v in shares.items() if v)]
+    if spec.get("sentence_task"):
+        parts.append(f"+ {spec['sentence_task'].upper()}")
+    parts.append("dynamic" if spec.get("dynamic") else "static")
+    return "; ".join(parts)
+
+
+def pretraining_section(metrics: Path, objectives: list[str], specs: dict, figures: Path) -> list[str]:
     rows, curves = [], {}
     for name in objectives:
         data, run = load_metrics(metrics / "pretraining_data" / f"{name}.json"), \
@@ -197,15 +208,61 @@ def pretraining_section(metrics: Path, objectives: list[str], figures: Path) -> 
         if log.is_file():
             curves[name] = read_csv(log)
         if data and run:
-            rows.append([name, fmt(data["sequences"]), fmt(data["chosen_rate"], 2, True),
-                         fmt(data["mask_share"], 1, True), fmt(run["steps"]), fmt(run["tokens"]),
-                         fmt(run["final_loss"], 3), fmt(run["final_mlm_accuracy"], 1, True),
+            chosen = "-" if data.get("dynamic") else fmt(data["chosen_rate"], 2, True)
+            fallback = fmt(data.get("similar_fallback_rate"), 1, True)
+            rows.append([name, describe_objective(specs.get(name, {})), fmt(data["sequences"]), chosen, fallback,
+                         fmt(run["tokens"]), fmt(run["final_loss"], 3),
+                         fmt(run.get("final_token_accuracy"), 1, True), fmt(run.get("final_sentence_accuracy"), 1, True),
                          fmt(run["wall_sec"] / 60, 1), fmt(run["tokens_per_sec"], 0), fmt(run["peak_memory_mb"], 0)])
-    blocks = [table(["objective", "sequences", "chosen %", "[MASK] %", "steps", "tokens", "final loss",
-                     "MLM acc %", "minutes", "tokens/s", "peak MiB"], rows)] if rows else []
+    blocks = [table(["objective", "definition", "sequences", "chosen %", "Mac fallback %", "tokens", "final loss",
+                     "token acc %", "sentence acc %", "minutes", "tokens/s", "peak MiB"], rows)] if rows else []
+    blocks.append("*chosen %*: share of maskable tokens chosen (static data; dynamic masks are drawn per batch). "
+                  "*Mac fallback %*: share of words drawn for a similar word that had none of the same length and "
+                  "got a random word instead. *token acc*: argmax accuracy at the chosen positions (PerLM: of the "
+                  "position). Final loss and accuracy are the mean of the last logging window.")
     if curves:
-        plot_curves(curves, "loss", "MLM loss (masked positions)", figures / "pretrain_loss.png")
+        plot_curves(curves, "loss", "training loss", figures / "pretrain_loss.png")
         blocks.append("![pretraining loss](figures/pretrain_loss.png)")
+        blocks.append("The loss of every compared objective, under the same token budget and seed. Losses of "
+                      "different targets are not on one scale: PerLM predicts one of ≤128 positions, the others one "
+                      "of the vocabulary, and NSP/SOP add their sentence loss.")
+    return blocks
+
+
+def comparison_section(results: dict, objectives: list[str], baselines: list[str], tasks: list[str]) -> list[str]:
+    """Rows: objectives (then baselines); columns: tasks; HFL cells; and which gaps are noise."""
+    tasks = [t for t in tasks if any((m, t) in results for m in objectives)]
+    if not tasks:
+        return []
+    blocks = []
+    for split in ("dev", "test"):
+        header = ["objective"] + [f"{t} ({results[next(m for m in objectives if (m, t) in results), t]['headline']})"
+                                  for t in tasks]
+        rows = [[m] + [max_avg(results[m, t][split][results[m, t]["headline"]]) if (m, t) in results else "-"
+                       for t in tasks] for m in [*objectives, *baselines]]
+        blocks.append(f"**{split.capitalize()}**\n\n" + table(header, rows))
+    n_seeds = sorted({len(r["runs"]) for r in results.values()})
+    blocks.append(f"Cells: max (mean ± sample std) over {'/'.join(map(str, n_seeds))} fine-tuning seeds, in percent. "
+                  "Every objective had the same corpus, token budget, model size and seed.")
+    lines = []
+    for t in tasks:
+        ranked = sorted((m for m in objectives if (m, t) in results),
+                        key=lambda m: -results[m, t]["dev"][results[m, t]["headline"]]["mean"])
+        best = ranked[0]
+        h = results[best, t]["headline"]
+        b = results[best, t]["dev"][h]
+        tied, beyond = [], []
+        for m in ranked[1:]:
+            o = results[m, t]["dev"][h]
+            gap, spread = b["mean"] - o["mean"], max(b["max"] - b["min"], o["max"] - o["min"])
+            (tied if gap <= spread else beyond).append(f"{m} (−{100 * gap:.2f}, spread {100 * spread:.2f})")
+        verdict = (f"within noise of it: {', '.join(tied)}" if tied else "no other objective within noise")
+        if beyond:
+            verdict += f"; worse beyond noise: {', '.join(beyond)}"
+        lines.append(f"- **{t}** ({h}, dev mean): best {best} {100 * b['mean']:.2f}; {verdict}."
+                     if len(ranked) > 1 else f"- **{t}**: only {best} was fine-tuned.")
+    blocks.append("Which differences are noise (dev means; a gap counts only when it exceeds the larger seed "
+                  "spread, max - min, of the two objectives):\n\n" + "\n".join(lines))
     return blocks
 
 
@@ -239,19 +296,6 @@ def finetune_section(results: dict, models: list[str], tasks: list[str], figures
     if not results:
         return []
     blocks = []
-    n_seeds = sorted({len(r["runs"]) for r in results.values()})
-    for split in ("dev", "test"):
-        header = ["model"] + [f"{t} {next(r['headline'] for (_, tt), r in results.items() if tt == t)}"
-                              for t in tasks if any(tt == t for _, tt in results)]
-        rows = []
-        for m in models:
-            cells = [max_avg(results[m, t][split][results[m, t]["headline"]]) if (m, t) in results else "-"
-                     for t in tasks if any(tt == t for _, tt in results)]
-            rows.append([m, *cells])
-        blocks.append(f"**{split.capitalize()}**\n\n" + table(header, rows))
-    blocks.append(f"Cells: max (mean ± sample std) over {'/'.join(map(str, n_seeds))} fine-tuning seeds, in percent "
-                  "(the HFL way of reporting). Headline metric per task: accuracy for classification, CMRC F1 for "
-                  "reading comprehension, entity-level F1 (seqeval, strict) for NER.")
     verdict_rows = []
     for t in tasks:
         base = results.get(("random", t))
@@ -382,7 +426,10 @@ def build_report(params_text: str, objectives: list[str], models: list[str], tas
         f"Code: git `{prov['commit']}`{' with uncommitted changes' if prov['dirty'] else ''}. "
         "Every number below comes from the metrics files of this run (`metrics/`).")
     report.section("Corpus", *corpus_section(metrics, tasks))
-    report.section("Pretraining", *pretraining_section(metrics, objectives, figures))
+    specs = (yaml.safe_load(params_text) or {}).get("objectives", {})
+    report.section("Pretraining", *pretraining_section(metrics, objectives, specs, figures))
+    report.section("Objective comparison", *comparison_section(
+        results, objectives, [m for m in models if m not in objectives], tasks))
     report.section("Fine-tuning", *finetune_section(results, models, tasks, figures))
     report.section("Wrong predictions", *errors_section(results, models, tasks, predictions, data))
     report.section("What changed since the last commit", *changes_section(results))
