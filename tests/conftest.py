@@ -27,14 +27,16 @@ def prefect_server(tmp_path_factory):
 
 def small_params() -> dict:
     """The repository's params.yaml, shrunk to run in seconds on the test excerpts
-    (tests/data): every task family, no hub model."""
+    (tests/data): every task family, the default compared objectives, no hub model."""
     params = yaml.safe_load((ROOT / "params.yaml").read_text(encoding="utf-8"))
     params["sources"] = {
         "peoples_daily": {"type": "local", "path": str(DATA / "peoples_daily_sample.txt"), "licence": "MIT"},
         "sentiment": {"type": "local", "path": str(DATA / "sentiment"), "licence": "MIT"},
         "lcqmc": {"type": "local", "path": str(DATA / "lcqmc.csv"), "licence": "research use"},
         "msra_ner": {"type": "local", "path": str(DATA / "msra_ner"), "licence": "research use"},
+        "synonyms": {"type": "local", "path": str(DATA / "word_vectors_sample.model"), "licence": "MIT"},
     }
+    params["similar_words"]["file"] = "word_vectors_sample.model"
     tasks = params["tasks"]
     tasks["lcqmc"].update(source="lcqmc", files={"all": "lcqmc.csv"}, split={"dev": 0.1, "test": 0.1})
     tasks["lcqmc"].pop("limit")
@@ -47,7 +49,7 @@ def small_params() -> dict:
     params["model"].update(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64)
     params["pretraining_data"].update(shard_size=300)
     params["pretrain"].update(token_budget=6000, batch_size=8, log_every=5, checkpoint_every=10)
-    params["finetune"].update(models=["mlm", "wwm", "random"], seeds=[1, 2], epochs=1, max_seq_length=32)
+    params["finetune"].update(baselines=["random"], seeds=[1, 2], epochs=1, max_seq_length=32)
     return params
 
 

@@ -1,7 +1,8 @@
 """The whole pipeline through ``dvc repro`` on the test excerpts (a shrunk params.yaml):
 every stage runs its Prefect flow; a second repro does nothing; the data stages are
 byte-identical when forced to rerun; a fine-tuning param reruns only finetune and
-report; the Prefect pipeline flow walks the same graph."""
+report; the Prefect pipeline flow walks the same graph; every pretraining objective runs
+and lands in the report's comparison table."""
 
 import json
 import os
@@ -18,9 +19,9 @@ pytestmark = pytest.mark.slow
 
 TASKS = ["sentiment", "lcqmc", "msra_mrc", "msra_ner"]
 MODELS = ["mlm", "wwm", "random"]
-DATA_STAGES = ["acquire", *(f"downstream@{t}" for t in TASKS), "ingest", "segment", "tokenize",
+DATA_STAGES = ["acquire", *(f"downstream@{t}" for t in TASKS), "ingest", "segment", "tokenize", "similar_words",
                "pretraining_data@mlm", "pretraining_data@wwm"]
-FINETUNE_STAGES = {f"finetune@{m}-{t}" for m in MODELS for t in TASKS}
+FINETUNE_STAGES = {f"{'finetune_baseline' if m == 'random' else 'finetune'}@{m}-{t}" for m in MODELS for t in TASKS}
 
 
 def run(cmd, repo, env):
@@ -72,7 +73,7 @@ def test_every_stage_runs_and_produces_its_outputs(repo):
     for heading in ("Corpus", "Pretraining", "Fine-tuning", "Run times", "Parameters", "Data versions"):
         assert f"## {heading}" in md
     manifest = json.loads((repo / "corpora" / "manifest.json").read_text())
-    assert {e["source"] for e in manifest["files"]} == {"peoples_daily", "sentiment", "lcqmc", "msra_ner"}
+    assert {e["source"] for e in manifest["files"]} == {"peoples_daily", "sentiment", "lcqmc", "msra_ner", "synonyms"}
     assert all(len(e["sha256"]) == 64 and e["bytes"] > 0 for e in manifest["files"])
 
 
@@ -116,3 +117,31 @@ def test_prefect_pipeline_flow_walks_the_dvc_graph(repo, monkeypatch):
     state = pipeline(return_state=True)
     assert state.is_completed()
     assert state.result() == order
+
+
+def test_every_objective_runs_through_dvc_and_is_compared(repo):
+    """The full comparison is one param away (``compare``): every objective of params.yaml
+    is pretrained, fine-tuned and reported; the data stages already run are not repeated."""
+    repo, env, _ = repo
+    run(["dvc", "repro"], repo, env)
+    params = yaml.safe_load((repo / "params.yaml").read_text())
+    objectives = list(params["objectives"])
+    assert len(objectives) >= 11
+    params["compare"] = objectives
+    params["finetune"].update(tasks=["sentiment"], seeds=[1])
+    (repo / "params.yaml").write_text(yaml.safe_dump(params, allow_unicode=True), encoding="utf-8")
+    out = run(["dvc", "repro"], repo, env)
+    new = set(objectives) - {"mlm", "wwm"}
+    assert {f"pretraining_data@{o}" for o in new} | {f"pretrain@{o}" for o in new} <= ran_stages(out)
+    assert not {"acquire", "ingest", "segment", "tokenize", "similar_words"} & ran_stages(out)
+    mac = json.loads((repo / "metrics" / "pretraining_data" / "mac.json").read_text())
+    assert mac["similar_words"] > 0 and 0 <= mac["similar_fallback_rate"] < 1 and mac["mask"] == 0
+    perlm = json.loads((repo / "metrics" / "pretrain" / "perlm.json").read_text())
+    assert perlm["token_target"] == "position"
+    sop = json.loads((repo / "metrics" / "pretrain" / "wwm_sop.json").read_text())
+    assert sop["sentence_task"] == "sop" and sop["final_sentence_accuracy"] is not None
+    assert (repo / "models" / "wwm_sop" / "pretraining_heads.safetensors").is_file()
+    md = (repo / "reports" / "report.md").read_text()
+    table = md[md.index("## Objective comparison"):]
+    for name in objectives:
+        assert f"| {name} |" in table, name

@@ -1,23 +1,26 @@
 """The pretraining loop: masked-position loss equals the full-vocabulary loss, the
 schedule, the data order, and resuming after a kill reproduces the uninterrupted run."""
 
+from pathlib import Path
+
 import numpy as np
 import pyarrow as pa
 import pytest
 import torch
 from transformers import BertConfig, BertForMaskedLM
 
-from tasks.modeling import masked_lm_loss
-from tasks.params import Pretrain
 from tasks.batching import BatchSchedule
-from tasks.pretrain import MaskedExamples, learning_rate, train
+from tasks.masking import MaskingConfig, mask_batch
+from tasks.modeling import PretrainingModel
+from tasks.params import Pretrain
+from tasks.pretrain import DynamicMasker, PretrainingExamples, learning_rate, train
 
 
-def tiny_model(seed=0):
+def tiny_model(seed=0, **heads):
     torch.manual_seed(seed)
     cfg = BertConfig(vocab_size=60, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
                      intermediate_size=32, max_position_embeddings=32)
-    return BertForMaskedLM(cfg)
+    return PretrainingModel(BertForMaskedLM(cfg), **heads)
 
 
 def tiny_data(n=40, seed=0):
@@ -31,7 +34,7 @@ def tiny_data(n=40, seed=0):
         ids[pos] = 3
         rows["input_ids"].append(ids.tolist())
         rows["masked_positions"].append(pos.tolist())
-    return MaskedExamples.from_table(pa.table(rows))
+    return PretrainingExamples.from_table(pa.table(rows))
 
 
 def cfg(**kw):
@@ -44,10 +47,10 @@ def test_masked_position_loss_matches_full_vocabulary_loss():
     model, data = tiny_model(), tiny_data()
     model.eval()
     b = data.batch(np.arange(8))
-    loss, _ = masked_lm_loss(model, b["input_ids"], b["attention_mask"], b["rows"], b["cols"], b["labels"])
+    loss, _ = model(b)
     labels = torch.full(b["input_ids"].shape, -100)
     labels[b["rows"], b["cols"]] = b["labels"]
-    full = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"], labels=labels).loss
+    full = model.mlm(input_ids=b["input_ids"], attention_mask=b["attention_mask"], labels=labels).loss
     assert torch.allclose(loss, full, atol=1e-5)
 
 
@@ -121,3 +124,70 @@ def test_stale_checkpoint_is_ignored(tmp_path):
           checkpoint=tmp_path / "c.pt", fingerprint="new", log=messages.append)
     assert any("ignoring stale checkpoint" in m for m in messages)
     assert not any(m.startswith("resuming") for m in messages)
+
+
+def pair_data(n=40, seed=0):
+    """Dynamic-masking rows (word ids stored) with a segment B and a sentence label."""
+    rng = np.random.default_rng(seed)
+    rows = {"input_ids": [], "word_ids": [], "segment_b": [], "sentence_label": []}
+    for _ in range(n):
+        length = int(rng.integers(8, 20))
+        ids = rng.integers(5, 60, length)
+        ids[0], ids[-1] = 1, 2
+        words = np.arange(length) // 2
+        words[0] = words[-1] = -1
+        rows["input_ids"].append(ids.tolist())
+        rows["word_ids"].append(words.tolist())
+        rows["segment_b"].append(length // 2)
+        rows["sentence_label"].append(int(rng.integers(2)))
+    return pa.table(rows).cast(pa.schema([("input_ids", pa.list_(pa.int32())), ("word_ids", pa.list_(pa.int32())),
+                                          ("segment_b", pa.int32()), ("sentence_label", pa.int8())]))
+
+
+def test_dynamic_masking_is_mask_batch_seeded_by_step():
+    config = MaskingConfig(scheme="wwm", masked_lm_prob=0.3)
+    masker = DynamicMasker(config, seed=5, objective="wwm_dynamic", mask_token_id=3,
+                           random_token_ids=np.arange(5, 60, dtype=np.int32))
+    data = PretrainingExamples.from_table(pair_data(), masker)
+    index = np.array([4, 1, 7])
+    a, again, later = data.batch(index, step=11), data.batch(index, step=11), data.batch(index, step=12)
+    assert all(torch.equal(a[k], again[k]) for k in a)  # a pure function of the step: resumable
+    assert not torch.equal(a["input_ids"], later["input_ids"])  # new masks at every step
+    # exactly what the static path's function gives for the same generator
+    ids = a["attention_mask"].numpy() * 0
+    from tasks.batching import pad_batch
+    ids, _ = pad_batch(data.ids, data.id_offsets, index)
+    words, _ = pad_batch(data.word_ids, data.id_offsets, index, pad_value=-1)
+    import zlib
+    ref = mask_batch(ids, words, config, np.random.default_rng([5, zlib.crc32(b"wwm_dynamic"), 11]),
+                     mask_token_id=3, random_token_ids=np.arange(5, 60, dtype=np.int32))
+    assert (a["input_ids"].numpy() == ref.input_ids).all()
+    rows, cols = np.nonzero(ref.chosen)
+    assert (a["rows"].numpy() == rows).all() and (a["labels"].numpy() == ref.labels[rows, cols]).all()
+    # segment B gets token type 1, padding and segment A type 0
+    b = data.segment_b[index]
+    for i, start in enumerate(b):
+        n = data.lengths[index[i]]
+        assert a["token_type_ids"][i, :start].sum() == 0 and (a["token_type_ids"][i, start:n] == 1).all()
+        assert a["token_type_ids"][i, n:].sum() == 0
+
+
+def test_perlm_and_sentence_heads_train():
+    """PerLM predicts positions (logits over the row's own positions) and SOP adds a loss on [CLS]."""
+    config = MaskingConfig(scheme="wwm", masked_lm_prob=0.3, mask=0, random=0, permute=0.9)
+    masker = DynamicMasker(config, seed=1, objective="perlm", mask_token_id=3,
+                           random_token_ids=np.arange(5, 60, dtype=np.int32))
+    data = PretrainingExamples.from_table(pair_data(), masker)
+    model = tiny_model(predicts_positions=True, sentence_task=True)
+    b = data.batch(np.arange(6), step=0)
+    assert (b["labels"] < b["input_ids"].shape[1]).all()
+    loss, parts = model(b)
+    assert set(parts) == {"token_loss", "token_correct", "sentence_loss", "sentence_correct"}
+    assert torch.isclose(loss, parts["token_loss"] + parts["sentence_loss"])
+    hidden = model.mlm.bert(input_ids=b["input_ids"], attention_mask=b["attention_mask"]).last_hidden_state
+    logits = model.position_head(hidden[b["rows"], b["cols"]], b["attention_mask"][b["rows"]].bool())
+    assert torch.isinf(logits[b["attention_mask"][b["rows"]] == 0]).all()
+    summary = train(model, data, cfg(token_budget=3000), seed=1, device=torch.device("cpu"),
+                    checkpoint=Path("/nonexistent/never-written.pt"), fingerprint="f", log=lambda _: None)
+    assert summary["final_sentence_accuracy"] is not None and summary["final_loss"] < summary["rows"][0]["loss"]
+    assert set(model.extra_heads()) >= {"position_head.decoder.weight", "sentence_head.classifier.weight"}

@@ -1,10 +1,12 @@
-"""Packing never crosses documents and keeps words; shards are deterministic and decode back."""
+"""Packing never crosses documents and keeps words; NSP/SOP pairs follow their rules; shards
+are deterministic and decode back; dynamic shards keep what batch-time masking needs."""
 
 import numpy as np
+import pytest
 import pyarrow.parquet as pq
 
 from tasks.masking import MaskingConfig
-from tasks.pretraining_data import pack_documents, read_shards, write_masked_shards
+from tasks.pretraining_data import pack_documents, read_shards, sentence_pairs, write_shards
 
 CLS, SEP, MASK = 101, 102, 103
 
@@ -61,11 +63,11 @@ def test_long_sentence_is_cut_into_full_sequences():
 def test_shards_are_deterministic_and_decode(tmp_path):
     doc_ids, ids, words = sentences(200)
     packed = pack_documents(doc_ids, ids, words, 64, CLS, SEP)
-    kwargs = dict(objective="wwm", seed=3, dupe_factor=2, shard_size=50, mask_token_id=MASK,
+    kwargs = dict(objective="wwm", seed=3, dupe_factor=2, shard_size=50, mask_token_id=MASK, dynamic=False,
                   random_token_ids=np.arange(1000, 2000, dtype=np.int32))
     cfg = MaskingConfig(scheme="wwm")
-    stats = write_masked_shards(packed, cfg, tmp_path / "a", workers=1, **kwargs)
-    write_masked_shards(packed, cfg, tmp_path / "b", workers=2, **kwargs)  # parallel: same bytes
+    stats = write_shards(packed, cfg, tmp_path / "a", workers=1, **kwargs)
+    write_shards(packed, cfg, tmp_path / "b", workers=2, **kwargs)  # parallel: same bytes
     files_a = sorted((tmp_path / "a").iterdir())
     assert [f.read_bytes() for f in files_a] == [f.read_bytes() for f in sorted((tmp_path / "b").iterdir())]
     assert stats["sequences"] == 2 * len(packed.lengths)
@@ -82,3 +84,70 @@ def test_shards_are_deterministic_and_decode(tmp_path):
     assert table.column("masked_positions")[0] != table.column("masked_positions")[len(packed.lengths)] or \
         table.column("input_ids")[0] != table.column("input_ids")[len(packed.lengths)]
     assert pq.read_metadata(files_a[0]).num_rows == 50
+
+
+def pairs(task, n_docs=300, seed=0):
+    doc_ids, ids, words = sentences(n_docs, seed)
+    packed = pack_documents(doc_ids, ids, words, 64, CLS, SEP, reserve=1)
+    return packed, *sentence_pairs(packed, task, np.random.default_rng(seed), CLS, SEP)
+
+
+def segments(row_ids, length, b):
+    return row_ids[1:b - 1], row_ids[b:length - 1]
+
+
+@pytest.mark.parametrize("task", ["nsp", "sop"])
+def test_pairs_layout_and_balanced_labels(task):
+    packed, out, stats = pairs(task)
+    n = len(out)
+    assert n > 500 and stats["pairs"] == n
+    assert abs(out.sentence_labels.mean() - 0.5) < 0.05
+    rows = np.arange(n)
+    assert (out.input_ids[:, 0] == CLS).all()
+    assert (out.input_ids[rows, out.segment_b - 1] == SEP).all() and (out.input_ids[rows, out.lengths - 1] == SEP).all()
+    assert (out.lengths <= 64).all() and (out.segment_b >= 2).all() and (out.segment_b < out.lengths - 1).all()
+    for r in range(n):  # word ids are dense over A then B; specials are never maskable
+        w = out.word_ids[r, :out.lengths[r]]
+        body = w[w >= 0]
+        assert body[0] == 0 and (np.diff(body) >= 0).all() and (np.diff(body) <= 1).all()
+        assert (w[[0, out.segment_b[r] - 1, out.lengths[r] - 1]] == -1).all()
+
+
+def test_sop_negatives_are_the_same_two_segments_swapped():
+    packed, out, _ = pairs("sop")
+    originals = {tuple(packed.input_ids[r, 1:packed.lengths[r] - 1]) for r in range(len(packed))}
+    for r in range(len(out)):
+        a, b = segments(out.input_ids[r], out.lengths[r], out.segment_b[r])
+        in_order = np.concatenate([b, a]) if out.sentence_labels[r] else np.concatenate([a, b])
+        assert tuple(in_order) in originals  # positive: A then B as in the text; negative: swapped
+
+
+def test_nsp_negatives_take_segment_b_from_another_document():
+    packed, out, _ = pairs("nsp")
+    doc_of_body = {}
+    for r in range(len(packed)):
+        doc_of_body[tuple(packed.input_ids[r, 1:packed.lengths[r] - 1])] = packed.documents[r]
+    positives = negatives = 0
+    for r in range(len(out)):
+        a, b = segments(out.input_ids[r], out.lengths[r], out.segment_b[r])
+        if out.sentence_labels[r] == 0:
+            assert tuple(np.concatenate([a, b])) in doc_of_body
+            positives += 1
+        else:  # B is not the continuation of A; it comes from a row of another document
+            assert tuple(np.concatenate([a, b])) not in doc_of_body
+            negatives += 1
+    assert positives > 200 and negatives > 200
+
+
+def test_dynamic_shards_hold_unmasked_rows_with_word_ids(tmp_path):
+    doc_ids, ids, words = sentences(50)
+    packed = pack_documents(doc_ids, ids, words, 64, CLS, SEP)
+    stats = write_shards(packed, MaskingConfig(scheme="wwm"), tmp_path, objective="d", seed=0, dynamic=True,
+                         dupe_factor=5, shard_size=40, mask_token_id=MASK,
+                         random_token_ids=np.arange(1000, 2000, dtype=np.int32))
+    table = read_shards(tmp_path)
+    assert stats["dynamic"] and table.num_rows == len(packed)  # one copy: masks are drawn per batch
+    assert set(table.column_names) == {"input_ids", "word_ids"}
+    row = table.slice(3, 1).to_pylist()[0]
+    assert row["input_ids"] == packed.input_ids[3, :packed.lengths[3]].tolist()
+    assert row["word_ids"] == packed.word_ids[3, :packed.lengths[3]].tolist()
