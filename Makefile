@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(abspath $(VENV))/bin
 export PATH := $(BIN):$(PATH)
 
-.PHONY: setup repro test bench pipeline clean-venv
+.PHONY: setup repro compare test bench pipeline clean-venv
 
 setup: $(VENV)/.installed
 
@@ -23,8 +23,13 @@ repro: setup
 test: setup
 	pytest
 
+# Every objective of params.yaml, pretrained, fine-tuned and compared (one dvc experiment).
+compare: setup
+	python -m tasks.prefect_server dvc exp run -S \
+		"compare=[$$(python -c 'from tasks.params import load_params; print(",".join(load_params().objectives))')]"
+
 bench: setup
-	python benchmarks/masking.py
+	python benchmarks/pretraining_data.py
 
 pipeline: setup
 	python -m flows.pipeline

@@ -1,0 +1,197 @@
+"""Throughput of the data-generation hot path: segmentation and every masking objective,
+as the pipeline does it (``tasks/``) and the naive way, on the same real input, as a ratio.
+
+* segment: jieba precise mode over the corpus sentences; the pipeline's
+  ``segment_texts`` (a process per core) vs a plain ``jieba.lcut`` loop.
+* mask: packed rows of the pipeline's corpus masked with each objective; the
+  pipeline's vectorised :func:`tasks.masking.mask_batch` (one NumPy call per batch)
+  vs a per-example Python loop written the way the retired transformers
+  ``DataCollatorForWholeWordMask`` worked (group tokens into words, shuffle, pick
+  until the budget, then draw the replacement token by token), extended to the
+  N-gram, Mac and PerLM rules.
+
+Prints chars/s and examples/s for both and the speed-up, and the peak memory the
+vectorised masking allocates (tracemalloc sees NumPy buffers). Needs the pipeline's
+artifacts up to ``similar_words`` (``dvc repro similar_words``)::
+
+    python benchmarks/pretraining_data.py [--rows 8192] [--sentences 20000] [--repeats 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import time
+import tracemalloc
+
+import numpy as np
+import pyarrow.parquet as pq
+from transformers import AutoTokenizer
+
+from tasks import paths
+from tasks.masking import MaskingConfig, mask_batch
+from tasks.params import load_params
+from tasks.pretraining_data import masking_config, pack_documents
+from tasks.segment import segment_texts
+from tasks.similar_words import lexicon_ids, similar_words_from_table
+from tasks.tokenization import random_token_ids
+
+OBJECTIVES = ["mlm", "wwm", "ngram", "mac", "perlm"]
+
+
+def best_time(fn, repeats: int) -> float:
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+# --------------------------------------------------------------------------- the naive way, per example
+
+
+def naive_mask(ids: list[int], words: list[int], lex: list[int], cfg: MaskingConfig, rnd: random.Random,
+               lexicon: dict[int, list[list[int]]], random_ids: list[int], mask_id: int) -> tuple[list[int], dict]:
+    """One example: word groups, shuffled, picked until the budget, then replaced token by token."""
+    groups: list[list[int]] = []
+    for i, w in enumerate(words):
+        if w < 0:
+            continue
+        if cfg.scheme != "mlm" and groups and words[groups[-1][-1]] == w:
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+    n = sum(len(g) for g in groups)
+    budget = min(cfg.max_predictions, max(1, round(n * cfg.masked_lm_prob))) if n else 0
+    order = list(range(len(groups)))
+    rnd.shuffle(order)
+    chosen: list[list[int]] = []
+    covered: set[int] = set()
+    total = 0
+    for start in order:
+        if total >= budget:
+            break
+        span = 1
+        if cfg.scheme == "ngram":
+            room = min(len(cfg.ngram_probs), len(groups) - start)
+            span = rnd.choices(range(1, room + 1), weights=cfg.ngram_probs[:room])[0]
+            while span and total + sum(len(groups[start + k]) for k in range(span)) > budget:
+                span -= 1
+            if not span or any(start + k in covered for k in range(span)):
+                continue
+        elif total + len(groups[start]) > budget:
+            continue
+        for k in range(span):
+            covered.add(start + k)
+            chosen.append(groups[start + k])
+            total += len(groups[start + k])
+    out, labels = list(ids), {}
+    if cfg.permute:
+        positions = sorted(p for g in chosen for p in g)
+        moved = [p for p in positions if rnd.random() < cfg.permute]
+        source = moved[:]
+        rnd.shuffle(source)
+        for dest, src in zip(moved, source):
+            out[dest] = ids[src]
+            labels[src] = dest
+        for p in positions:
+            labels.setdefault(p, p)
+        return out, labels
+    for group in chosen:
+        for p in group:
+            labels[p] = ids[p]
+        if cfg.similar:  # one decision per word
+            r = rnd.random()
+            if r < cfg.similar:
+                candidates = lexicon.get(lex[group[0]], [])
+                candidates = [c for c in candidates if len(c) == len(group)]
+                if candidates:
+                    for p, t in zip(group, rnd.choice(candidates)):
+                        out[p] = t
+                    continue
+                r = cfg.similar  # no similar word: a random word
+            if r < cfg.similar + cfg.random:
+                for p in group:
+                    out[p] = rnd.choice(random_ids)
+            continue
+        for p in group:
+            r = rnd.random()
+            if r < cfg.mask:
+                out[p] = mask_id
+            elif r < cfg.mask + cfg.random:
+                out[p] = rnd.choice(random_ids)
+    return out, labels
+
+
+# --------------------------------------------------------------------------- benchmark
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rows", type=int, default=8192, help="packed sequences to mask")
+    parser.add_argument("--sentences", type=int, default=20000, help="sentences to segment")
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    for need in (paths.SEGMENTED, paths.TOKENS, paths.LEXICON):
+        if not need.exists():
+            sys.exit(f"{need} is missing: run `dvc repro similar_words` (or `make repro`) first")
+    params = load_params()
+
+    segmented = pq.read_table(paths.SEGMENTED)
+    texts = segmented.column("text").to_pylist()[: args.sentences]
+    chars = sum(map(len, texts))
+    import jieba
+
+    jieba.setLogLevel(60)
+    jieba.initialize()
+    ours = best_time(lambda: segment_texts(texts, workers=params.segment.workers), 1)
+    naive = best_time(lambda: [jieba.lcut(t) for t in texts], 1)
+    print(f"segment ({len(texts):,} sentences, {chars:,} chars): pipeline {chars / ours:,.0f} chars/s "
+          f"({params.segment.workers} processes), naive loop {chars / naive:,.0f} chars/s, x{naive / ours:.1f}")
+
+    tokens = pq.read_table(paths.TOKENS)
+    lexicon_table = pq.read_table(paths.LEXICON)
+    tokenizer = AutoTokenizer.from_pretrained(paths.TOKENIZER)
+    ids = [np.asarray(x, dtype=np.int32) for x in tokens.column("input_ids").to_pylist()]
+    words = [np.asarray(x, dtype=np.int32) for x in tokens.column("word_ids").to_pylist()]
+    lex = lexicon_ids(segmented.column("words"), tokens.column("word_ids"), lexicon_table)
+    packed = pack_documents(tokens.column("doc_id").to_pylist(), ids, words, params.pretraining_data.max_seq_length,
+                            tokenizer.cls_token_id, tokenizer.sep_token_id, lex_ids=lex)
+    take = np.arange(args.rows) % len(packed)
+    input_ids, word_ids, lex_ids = packed.input_ids[take], packed.word_ids[take], packed.lex_ids[take]
+    # characters of the text behind the rows: each token's length without the "##" prefix
+    vocab = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
+    char_len = np.array([0 if t in tokenizer.all_special_tokens else len(t.removeprefix("##")) for t in vocab])
+    row_chars = int(char_len[input_ids].sum())
+    similar = similar_words_from_table(lexicon_table)
+    lexicon = {e: [similar.tokens[s:s + similar.lengths[e]].tolist()
+                   for s in similar.starts[similar.offsets[e]:similar.offsets[e + 1]]] for e in range(len(similar.lengths))}
+    rand_ids = random_token_ids(tokenizer)
+    rand_list = rand_ids.tolist()
+    rows_py = [(input_ids[r].tolist(), word_ids[r].tolist(), lex_ids[r].tolist()) for r in range(len(take))]
+    print(f"mask ({args.rows:,} rows x {input_ids.shape[1]}, {row_chars:,} chars, "
+          f"{int((word_ids >= 0).sum()):,} maskable tokens):")
+    print(f"{'objective':>10} {'pipeline chars/s':>17} {'examples/s':>11} {'peak MiB':>9} "
+          f"{'naive chars/s':>14} {'examples/s':>11} {'speed-up':>9}")
+    for name in OBJECTIVES:
+        spec = params.objectives.get(name)
+        config = masking_config(spec, params.pretraining_data) if spec else MaskingConfig(scheme=name)
+        rng = np.random.default_rng(0)
+        run = lambda: mask_batch(input_ids, word_ids, config, rng, mask_token_id=tokenizer.mask_token_id,  # noqa: E731
+                                 random_token_ids=rand_ids, lex_ids=lex_ids, similar=similar)
+        tracemalloc.start()
+        ours = best_time(run, args.repeats)
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        rnd = random.Random(0)
+        naive = best_time(lambda: [naive_mask(i, w, x, config, rnd, lexicon, rand_list, tokenizer.mask_token_id)
+                                   for i, w, x in rows_py], 1)
+        n = len(take)
+        print(f"{name:>10} {row_chars / ours:>17,.0f} {n / ours:>11,.0f} {peak / 2**20:>9.1f} "
+              f"{row_chars / naive:>14,.0f} {n / naive:>11,.0f} {naive / ours:>8.1f}x")
+
+
+if __name__ == "__main__":
+    main()
