@@ -10,9 +10,11 @@ def test_stage_order_follows_the_dvc_graph():
     first = {name: order.index(name) for name in order}
     assert order[0] == "acquire" and order[-1] == "report"
     assert first["ingest"] < first["segment"] < first["tokenize"] < first["pretraining_data@wwm"] < first["pretrain@wwm"]
+    assert first["tokenize"] < first["similar_words"] < first["pretraining_data@mlm"]
+    assert "finetune_baseline@random-sentiment" in first
     for name in order:
-        if name.startswith("finetune@"):
-            model = name.removeprefix("finetune@").split("-")[0]
+        if name.startswith(("finetune@", "finetune_baseline@")):
+            model = name.split("@")[1].split("-")[0]
             upstream = "init_random" if model == "random" else (
                 f"pretrain@{model}" if f"pretrain@{model}" in first else f"import_model@{model}")
             assert first[upstream] < first[name] < first["report"], name
