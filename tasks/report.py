@@ -56,8 +56,9 @@ def table(header: list[str], rows: list[list[str]]) -> str:
 
 
 def read_csv(path: Path) -> list[dict]:
+    """Rows of a numeric CSV log; empty cells (e.g. no sentence loss) are ``None``."""
     with open(path, newline="") as f:
-        return [{k: float(v) for k, v in row.items()} for row in csv.DictReader(f)]
+        return [{k: float(v) if v != "" else None for k, v in row.items()} for row in csv.DictReader(f)]
 
 
 # --------------------------------------------------------------------------- provenance
