@@ -26,9 +26,10 @@ from tokenizers.pre_tokenizers import BertPreTokenizer
 PREFIX = "##"
 
 
-def word_counts(texts: Iterable[str], lowercase: bool = True) -> Counter:
-    """Frequencies of the pre-tokenized words of ``texts`` (BERT normaliser and pre-tokenizer)."""
-    normalizer = BertNormalizer(clean_text=True, handle_chinese_chars=True, strip_accents=None,
+def word_counts(texts: Iterable[str], lowercase: bool = True, strip_accents: bool | None = None) -> Counter:
+    """Frequencies of the pre-tokenized words of ``texts`` (BERT normaliser and pre-tokenizer;
+    ``strip_accents=None`` strips combining marks whenever ``lowercase``, as BERT does)."""
+    normalizer = BertNormalizer(clean_text=True, handle_chinese_chars=True, strip_accents=strip_accents,
                                 lowercase=lowercase)
     pre = BertPreTokenizer()
     counts: Counter = Counter()
