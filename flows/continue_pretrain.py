@@ -14,7 +14,6 @@ from transformers import AutoTokenizer, BertForMaskedLM
 
 from tasks import paths
 from tasks.continued_pretraining import evaluate_mlm, pack_by_language, word_ids_for
-from tasks.errors import ParamsError
 from tasks.io import atomic_outputs, sha256_tree, write_json
 from tasks.masking import MaskingConfig
 from tasks.modeling import PretrainingModel, resolve_device
@@ -30,8 +29,7 @@ from tasks.vocabulary import resize_embeddings
 def continue_pretrain(mixture: str) -> None:
     params = load_params()
     spec = params.multilingual
-    if mixture not in spec.mixtures:
-        raise ParamsError(f"unknown mixture {mixture!r}; params.yaml declares: {', '.join(spec.mixtures)}")
+    spec.mixture(mixture)  # a ParamsError for an unknown name, before any work
     logger = get_run_logger()
     data_cfg = params.pretraining_data
     tokenizer = AutoTokenizer.from_pretrained(paths.MULTILINGUAL_TOKENIZER)

@@ -13,7 +13,6 @@ from transformers import AutoTokenizer
 from tasks import paths
 from tasks.io import atomic_outputs, write_json, write_parquet
 from tasks.multilingual import read_documents
-from tasks.errors import ParamsError
 from tasks.params import load_params
 from tasks.resampling import resample
 from tasks.stage import run_stage, stage_task
@@ -23,9 +22,7 @@ from tasks.stage import run_stage, stage_task
 def resample_mixture(mixture: str) -> None:
     params = load_params()
     spec = params.multilingual
-    if mixture not in spec.mixtures:
-        raise ParamsError(f"unknown mixture {mixture!r}; params.yaml declares: {', '.join(spec.mixtures)}")
-    alpha, beta = spec.mixtures[mixture].alpha, spec.mixtures[mixture].beta
+    alpha, beta = spec.mixture(mixture).alpha, spec.mixture(mixture).beta
     docs = read_documents(paths.MULTILINGUAL, "train")
     tokenizer = AutoTokenizer.from_pretrained(paths.MULTILINGUAL_TOKENIZER)
     texts = docs.column("text").to_pylist()

@@ -42,6 +42,7 @@ from typing import Iterator
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from tasks.errors import SourceError
@@ -204,7 +205,7 @@ def read_documents(path: Path, split: str | None = None) -> pa.Table:
     """The multilingual documents, optionally one split (``train`` or ``heldout``)."""
     table = pq.read_table(path)
     if split is not None:
-        table = table.filter(pa.compute.equal(table.column("split"), split))
+        table = table.filter(pc.equal(table.column("split"), split))
     return table
 
 

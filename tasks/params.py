@@ -244,6 +244,12 @@ class Multilingual(_Strict):
     pretrain: ContinuedPretraining
     prune: VocabPruning
 
+    def mixture(self, name: str) -> Mixture:
+        """The mixture called ``name``; :class:`ParamsError` if there is none."""
+        if name not in self.mixtures:
+            raise ParamsError(f"unknown mixture {name!r}; params.yaml declares: {', '.join(self.mixtures)}")
+        return self.mixtures[name]
+
     @model_validator(mode="after")
     def _one_script_per_language(self) -> "Multilingual":
         scripts: dict[str, str] = {}

@@ -322,6 +322,16 @@ def finetune_section(results: dict, models: list[str], tasks: list[str], figures
     return blocks
 
 
+def _save_bars(fig, ax, ylabel: str, path: Path) -> Path:
+    ax.set_ylabel(ylabel)
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
 def plot_grouped(values: dict[str, dict[str, list[float]]], models: list[str], ylabel: str, path: Path) -> Path:
     """Per task, one bar per model (mean over seeds) with the per-seed points."""
     fig, ax = plt.subplots(figsize=(8, 4), dpi=110)
@@ -335,14 +345,8 @@ def plot_grouped(values: dict[str, dict[str, list[float]]], models: list[str], y
             if m in values[t]:
                 ax.scatter([x] * len(values[t][m]), values[t][m], color="black", s=8, zorder=3)
     ax.set_xticks(range(len(tasks)), tasks)
-    ax.set_ylabel(ylabel)
     ax.set_ylim(0, 1)
-    ax.grid(axis="y", alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return _save_bars(fig, ax, ylabel, path)
 
 
 def _spans(tokens: list[str], tags: list[str]) -> str:
@@ -425,13 +429,7 @@ def plot_shares(shares: dict[str, dict[str, float]], languages: list[str], ylabe
         ax.bar(xs, [values.get(lang, np.nan) for lang in languages], width * 0.9, label=name)
     ax.set_xticks(range(len(languages)), languages)
     ax.set_yscale("log")
-    ax.set_ylabel(ylabel)
-    ax.grid(axis="y", alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return _save_bars(fig, ax, ylabel, path)
 
 
 def multilingual_section(metrics: Path, mixtures: dict, figures: Path) -> list[str]:
