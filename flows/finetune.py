@@ -8,16 +8,14 @@ from the same checkpoint with its own head initialisation and data order.
 
 import sys
 
-import numpy as np
 import pyarrow.parquet as pq
-import torch
 from prefect import flow, get_run_logger
 from transformers import AutoTokenizer
 
 from tasks import paths
 from tasks.downstream import FAMILIES
 from tasks.errors import ParamsError
-from tasks.finetune import fit, summarize
+from tasks.finetune import fit_seed, summarize
 from tasks.io import atomic_outputs, write_json, write_jsonl
 from tasks.modeling import resolve_device
 from tasks.params import load_params
@@ -29,12 +27,7 @@ SPLITS = ("train", "dev", "test")
 @stage_task(task_run_name="seed-{seed}")
 def run_seed(family, model_dir, labels, data, tables, training, metrics, seed: int, device):
     logger = get_run_logger()
-    torch.manual_seed(seed)
-    model = family.model(model_dir, labels, training)
-    train = fit(model, data["train"], epochs=training.epochs, batch_size=training.batch_size,
-                lr=training.learning_rate, warmup_fraction=training.warmup_fraction,
-                weight_decay=training.weight_decay, max_grad_norm=training.max_grad_norm, seed=seed, device=device,
-                log=logger.info)
+    model, train = fit_seed(family, model_dir, labels, data["train"], training, seed, device, logger.info)
     result, predictions = {"seed": seed, "train": train}, {}
     for split in ("dev", "test"):
         result[split], predictions[split] = family.evaluate(model, data[split], tables[split], training, labels,

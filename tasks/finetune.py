@@ -68,6 +68,24 @@ def fit(model: torch.nn.Module, data: Batches, *, epochs: float, batch_size: int
             "wall_sec": round(wall, 2), "examples_per_sec": round(examples / wall, 1)}
 
 
+def fit_seed(family, model_dir, labels, data: Batches, training, seed: int, device: torch.device,
+             log: Callable[[str], None] = print) -> tuple[torch.nn.Module, dict]:
+    """One fine-tuning run as ``finetune@<model>-<task>`` does it for ``seed``: the head of
+    ``family`` (a :class:`tasks.downstream.Family`) initialised under ``seed`` on the encoder in
+    ``model_dir``, then :func:`fit` with the task's ``training`` knobs. The analyses (attention
+    zones, attributions) use it to rebuild exactly the model whose scores ``finetune`` reports.
+
+    Returns:
+        the fine-tuned model (in eval mode) and :func:`fit`'s summary.
+    """
+    torch.manual_seed(seed)
+    model = family.model(model_dir, labels, training)
+    train = fit(model, data, epochs=training.epochs, batch_size=training.batch_size, lr=training.learning_rate,
+                warmup_fraction=training.warmup_fraction, weight_decay=training.weight_decay,
+                max_grad_norm=training.max_grad_norm, seed=seed, device=device, log=log)
+    return model.eval(), train
+
+
 @torch.no_grad()
 def predict(model: torch.nn.Module, data: Batches, *, batch_size: int, device: torch.device,
             outputs: tuple[str, ...] = ("logits",)) -> dict[str, list[np.ndarray]]:

@@ -32,6 +32,7 @@ from typing import Iterable, Iterator
 import pyarrow as pa
 import pyarrow.parquet as pq
 from tasks.errors import SourceError
+from tasks.io import numbered_lines
 from tasks.stage import stage_task
 from tasks.text import join_words, normalise, split_sentences
 
@@ -41,16 +42,6 @@ SCHEMA = pa.schema([("doc_id", pa.string()), ("sent_id", pa.int32()), ("lang", p
 _SUFFIX_FORMATS = {".txt": "txt", ".jsonl": "jsonl", ".json": "jsonl", ".csv": "csv", ".parquet": "parquet"}
 _SENTENCE_FINAL = tuple("。！？!?”」』…：；")
 _TRAILING_PARENTHETICAL = re.compile(r"[（(][^（）()]*[）)]$")
-
-
-def _lines(path: Path) -> Iterator[tuple[int, str]]:
-    """(1-based line number, line) of a UTF-8 file; a decoding error names the line."""
-    with open(path, "rb") as f:
-        for number, raw in enumerate(f, start=1):
-            try:
-                yield number, raw.decode("utf-8").rstrip("\r\n")
-            except UnicodeDecodeError as exc:
-                raise SourceError(f"{path}:{number}: not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
 
 
 def read_peoples_daily(path: Path) -> Iterator[list[str]]:
@@ -69,7 +60,7 @@ def read_peoples_daily(path: Path) -> Iterator[list[str]]:
     """
     doc: list[str] = []
     prev_terminated = True
-    for number, line in _lines(path):
+    for number, line in numbered_lines(path):
         tokens = line.split()
         if not tokens:
             continue
@@ -94,13 +85,13 @@ def read_peoples_daily(path: Path) -> Iterator[list[str]]:
 
 
 def _read_txt(path: Path, _field: str) -> Iterator[list[str]]:
-    for _, line in _lines(path):
+    for _, line in numbered_lines(path):
         if line.strip():
             yield [line]
 
 
 def _read_jsonl(path: Path, text_field: str) -> Iterator[list[str]]:
-    for number, line in _lines(path):
+    for number, line in numbered_lines(path):
         if not line.strip():
             continue
         try:
@@ -113,7 +104,7 @@ def _read_jsonl(path: Path, text_field: str) -> Iterator[list[str]]:
 
 
 def _read_csv(path: Path, text_field: str) -> Iterator[list[str]]:
-    text = "\n".join(line for _, line in _lines(path))
+    text = "\n".join(line for _, line in numbered_lines(path))
     reader = csv.DictReader(io.StringIO(text))
     if reader.fieldnames is None or text_field not in reader.fieldnames:
         raise SourceError(f"{path}:1: CSV header has no column {text_field!r} (columns: {reader.fieldnames})")

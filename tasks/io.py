@@ -19,6 +19,8 @@ from typing import Any, Iterator
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from tasks.errors import SourceError
+
 
 def _remove(path: Path) -> None:
     if path.is_dir() and not path.is_symlink():
@@ -115,3 +117,13 @@ def write_jsonl(path: str | os.PathLike, rows: list[dict]) -> None:
 def read_jsonl(path: str | os.PathLike) -> list[dict]:
     """The objects of a file written by :func:`write_jsonl`, one per non-empty line."""
     return [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line]
+
+
+def numbered_lines(path: Path) -> Iterator[tuple[int, str]]:
+    """(1-based line number, line) of a UTF-8 file; a decoding error names the line."""
+    with open(path, "rb") as f:
+        for number, raw in enumerate(f, start=1):
+            try:
+                yield number, raw.decode("utf-8").rstrip("\r\n")
+            except UnicodeDecodeError as exc:
+                raise SourceError(f"{path}:{number}: not valid UTF-8 ({exc.reason} at byte {exc.start})") from None

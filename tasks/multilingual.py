@@ -46,7 +46,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from tasks.errors import SourceError
-from tasks.ingest import _lines
+from tasks.io import numbered_lines
 from tasks.params import Multilingual, MultilingualInput
 from tasks.text import normalise
 
@@ -114,7 +114,7 @@ def read_json_array(path: Path) -> list[str]:
 
 def read_lines(path: Path) -> list[str]:
     """The lines of a UTF-8 text file (a decoding error names the line)."""
-    return [line for _, line in _lines(Path(path))]
+    return [line for _, line in numbered_lines(Path(path))]
 
 
 READERS = {"udhr_html": read_udhr_html, "json_array": read_json_array, "lines": read_lines}
