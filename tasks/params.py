@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Annotated, Literal, Union
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (BaseModel, ConfigDict, Field, NonNegativeInt, PositiveFloat, PositiveInt, ValidationError,
+                      field_validator, model_validator)
 
 from tasks.errors import ParamsError
 
@@ -265,6 +266,63 @@ class Multilingual(_Strict):
         return self
 
 
+# --------------------------------------------------------------------------- interpretability
+
+ATTENTION_ZONES = ("cls", "sep_mid", "sep_end", "special", "diagonal", "q2q", "q2p", "p2q", "p2p")
+
+
+class Ablation(_Strict):
+    """Attention-zone ablation (stage ``ablation@<model>``, :mod:`tasks.attention_zones`)."""
+
+    task: str = Field(description="an MRC task; each model is fine-tuned on it (first finetune seed)")
+    models: list[str] = Field(description="compared objectives, 'random' or hub_models names")
+    split: Literal["dev", "test"] = "dev"
+    per_head_zones: list[str] = Field(description="zones also blocked head by head; all zones = the full grid")
+
+    @field_validator("per_head_zones")
+    @classmethod
+    def _known_zones(cls, value: list[str]) -> list[str]:
+        unknown = [z for z in value if z not in ATTENTION_ZONES]
+        if unknown:
+            raise ValueError(f"unknown zone(s) {', '.join(unknown)}; zones: {', '.join(ATTENTION_ZONES)}")
+        return value
+
+
+class ProbeSplit(_Strict):
+    train: PositiveInt
+    test: PositiveInt
+
+
+class Probe(_Strict):
+    """Layer-wise linear probes (stage ``probe@<model>``, :mod:`tasks.probing`)."""
+
+    models: list[str]
+    pos_source: str = Field(description="a source of gold word/POS lines (People's Daily format)")
+    pos_file: str
+    ner_task: str = Field(description="an NER task of tasks; its train and dev splits")
+    sentences: ProbeSplit = Field(description="sentences per probe for training and testing it")
+    max_seq_length: PositiveInt = 128
+
+
+class ScalarMixParams(_Strict):
+    """Frozen encoder + ELMo scalar mix (stage ``scalar_mix@<model>``, :mod:`tasks.scalar_mix`)."""
+
+    models: list[str]
+    tasks: list[str] = Field(description="classification or NER tasks; trained as finetune trains them")
+    learning_rate: PositiveFloat = Field(description="for the mix and the head (the encoder is frozen)")
+
+
+class Attributions(_Strict):
+    """Integrated Gradients and attention maps (stage ``attributions@<model>``, :mod:`tasks.attributions`)."""
+
+    models: list[str]
+    task: str = Field(description="a classification task; the model is fine-tuned on it (first finetune seed)")
+    correct: NonNegativeInt = Field(description="the most confident correct dev predictions shown")
+    wrong: NonNegativeInt = Field(description="the most confident wrong dev predictions shown")
+    max_tokens: PositiveInt = Field(description="only examples this short are shown (readable maps)")
+    steps: PositiveInt = Field(50, description="Integrated Gradients steps (Riemann sum)")
+
+
 # --------------------------------------------------------------------------- models and training
 
 
@@ -419,6 +477,10 @@ class Params(_Strict):
     hub_models: dict[str, HubModel] = Field(default_factory=dict)
     finetune: Finetune
     multilingual: Multilingual
+    ablation: Ablation
+    probe: Probe
+    scalar_mix: ScalarMixParams
+    attributions: Attributions
 
     @model_validator(mode="after")
     def _references_resolve(self) -> "Params":
@@ -452,6 +514,7 @@ class Params(_Strict):
         if self.multilingual.base_model not in self.compare:
             raise ValueError(f"multilingual.base_model: {self.multilingual.base_model!r} is not in compare "
                              f"({', '.join(self.compare)}), so it is not pretrained")
+        self._check_analyses()
         for name in self.finetune.tasks:
             if name not in self.tasks:
                 raise ValueError(f"finetune.tasks: no task named {name!r} in tasks")
@@ -462,6 +525,21 @@ class Params(_Strict):
                 problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
                 raise ValueError(f"tasks.{name}.training: {problems}") from None
         return self
+
+    def _check_analyses(self) -> None:
+        """The interpretability stages name existing models and tasks of the right family."""
+        families = {"ablation.task": (self.ablation.task, {"mrc"}), "probe.ner_task": (self.probe.ner_task, {"ner"}),
+                    "attributions.task": (self.attributions.task, {"classification"}),
+                    **{f"scalar_mix.tasks: {t}": (t, {"classification", "ner"}) for t in self.scalar_mix.tasks}}
+        for where, (name, allowed) in families.items():
+            if name not in self.tasks or self.tasks[name].family not in allowed:
+                raise ValueError(f"{where}: {name!r} is not a {' or '.join(sorted(allowed))} task of tasks")
+        if self.probe.pos_source not in self.sources:
+            raise ValueError(f"probe.pos_source: no source named {self.probe.pos_source!r}")
+        for block in ("ablation", "probe", "scalar_mix", "attributions"):
+            for name in getattr(self, block).models:
+                if name not in self.compare and name != "random" and name not in self.hub_models:
+                    raise ValueError(f"{block}.models: {name!r} is not in compare, 'random' or hub_models")
 
     @property
     def finetune_models(self) -> list[str]:

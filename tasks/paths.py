@@ -25,6 +25,7 @@ CONTINUED = Path("models/continued")      # continue_pretrain@<mixture>: <mixtur
 PRUNED = Path("models/pruned")
 MODELS = Path("models")
 PREDICTIONS = Path("results/finetune")
+ATTRIBUTIONS = Path("results/attributions")  # attributions@<model>: <model>/attributions.html
 
 METRICS = Path("metrics")
 CHECKPOINTS = Path("checkpoints")

@@ -55,6 +55,8 @@ def small_params() -> dict:
     params["multilingual"].update(total_tokens=20000, heldout_max_documents=20, pretrain={"token_budget": 3000,
                                                                                           "learning_rate": 0.001})
     params["multilingual"]["vocab"].update(new_vocab_size=400)
+    params["probe"].update(pos_file="peoples_daily_sample.txt", sentences={"train": 60, "test": 20})
+    params["attributions"].update(steps=10)
     return params
 
 

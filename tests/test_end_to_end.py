@@ -25,6 +25,9 @@ DATA_STAGES = ["acquire", *(f"downstream@{t}" for t in TASKS), "ingest", "segmen
                *(f"resample@{m}" for m in MIXTURES)]
 MULTILINGUAL_STAGES = {*(f"continue_pretrain@{m}" for m in MIXTURES), "prune_vocab"}
 FINETUNE_STAGES = {f"{'finetune_baseline' if m == 'random' else 'finetune'}@{m}-{t}" for m in MODELS for t in TASKS}
+# the analyses that fine-tune (with finetune's knobs), and the probes, which do not
+TRAINED_ANALYSES = {*(f"ablation@{m}" for m in MODELS), *(f"scalar_mix@{m}" for m in MODELS), "attributions@wwm"}
+ANALYSIS_STAGES = TRAINED_ANALYSES | {f"probe@{m}" for m in MODELS}
 
 
 def run(cmd, repo, env):
@@ -59,7 +62,7 @@ def repo(tmp_path_factory, prefect_server):
 
 def test_every_stage_runs_and_produces_its_outputs(repo):
     repo, _, out = repo
-    assert ran_stages(out) == set(DATA_STAGES) | FINETUNE_STAGES | MULTILINGUAL_STAGES | {
+    assert ran_stages(out) == set(DATA_STAGES) | FINETUNE_STAGES | MULTILINGUAL_STAGES | ANALYSIS_STAGES | {
         "pretrain@mlm", "pretrain@wwm", "init_random", "report"}
     for model in MODELS:
         assert (repo / "models" / model / "model.safetensors").is_file()
@@ -73,8 +76,8 @@ def test_every_stage_runs_and_produces_its_outputs(repo):
     html = (repo / "reports" / "report.html").read_text()
     assert "data:image/png;base64," in html and "http://" not in html and "https://" not in html
     md = (repo / "reports" / "report.md").read_text()
-    for heading in ("Corpus", "Pretraining", "Fine-tuning", "Multilingual", "Run times", "Parameters",
-                    "Data versions"):
+    for heading in ("Corpus", "Pretraining", "Fine-tuning", "Multilingual", "Interpretability", "Run times",
+                    "Parameters", "Data versions"):
         assert f"## {heading}" in md
     manifest = json.loads((repo / "corpora" / "manifest.json").read_text())
     assert {e["source"] for e in manifest["files"]} == {"peoples_daily", "sentiment", "lcqmc", "msra_ner", "synonyms",
@@ -102,14 +105,14 @@ def test_data_stages_are_byte_identical_when_rerun(repo):
     assert {p: after[p] for p in data_outs} == {p: before[p] for p in data_outs}
 
 
-def test_finetune_param_reruns_only_finetune_and_report(repo):
+def test_finetune_param_reruns_only_finetune_the_analyses_that_train_and_report(repo):
     repo, env, _ = repo
     run(["dvc", "repro"], repo, env)  # settle anything the previous test forced
     params = yaml.safe_load((repo / "params.yaml").read_text())
     params["finetune"]["learning_rate"] = 0.0005
     (repo / "params.yaml").write_text(yaml.safe_dump(params, allow_unicode=True), encoding="utf-8")
     out = run(["dvc", "repro"], repo, env)
-    assert ran_stages(out) == FINETUNE_STAGES | {"report"}
+    assert ran_stages(out) == FINETUNE_STAGES | TRAINED_ANALYSES | {"report"}
 
 
 def test_multilingual_stages_build_resample_extend_prune_and_continue(repo):
@@ -133,6 +136,35 @@ def test_multilingual_stages_build_resample_extend_prune_and_continue(repo):
     cont = json.loads((repo / "metrics" / "continue_pretrain" / "resampled.json").read_text())
     assert set(cont["heldout"]["after"]) == set(corpus["languages"])
     assert cont["vocab_size"] == vocab["extended_vocab_size"]
+
+
+def test_interpretability_stages(repo):
+    repo, _, _ = repo
+    zones = {"cls", "sep_mid", "sep_end", "special", "diagonal", "q2q", "q2p", "p2q", "p2p"}
+    for model in MODELS:
+        ablation = json.loads((repo / "metrics" / "ablation" / f"{model}.json").read_text())
+        assert set(ablation["all_layers"]) == set(ablation["per_layer"]) == zones
+        assert set(ablation["per_head"]) == {"p2q", "p2p"}
+        assert set(ablation["per_head"]["p2p"]["layer_0"]) == {"head_0", "head_1"}
+        assert ablation["evaluation"]["evaluations"] == 1 + 9 * 2 + 2 * 2
+        finetuned = json.loads((repo / "metrics" / "finetune" / f"{model}-msra_mrc.json").read_text())
+        assert ablation["baseline"] == finetuned["runs"][0]["dev"]  # the same model as finetune's first seed
+        probe = json.loads((repo / "metrics" / "probe" / f"{model}.json").read_text())
+        for name in ("pos", "ner"):
+            assert [x["layer"] for x in probe[name]["layers"]] == [0, 1]  # embeddings + one block
+            assert all(0 <= x["accuracy"] <= 1 for x in probe[name]["layers"])
+        mix = json.loads((repo / "metrics" / "scalar_mix" / f"{model}.json").read_text())
+        for task in ("sentiment", "msra_ner"):
+            assert len(mix["tasks"][task]["layer_weights"]) == 2
+            assert abs(sum(mix["tasks"][task]["layer_weights"]) - 1) < 1e-6
+    attributions = json.loads((repo / "metrics" / "attributions" / "wwm.json").read_text())
+    assert attributions["examples"] and all(len(e["tokens"]) == len(e["attributions"])
+                                            for e in attributions["examples"])
+    page = (repo / "results" / "attributions" / "wwm" / "attributions.html").read_text()
+    assert "layer 0 head 1" in page and "http" not in page
+    md = (repo / "reports" / "report.md").read_text()
+    assert "| No P² |" in md and "figures/ablation_heads_p2p.png" in md and "figures/probes.png" in md
+    assert "reproduces the fine-tuning stage's seed-1 score exactly" in md
 
 
 def test_sampling_exponent_reruns_only_what_follows_resampling(repo):
