@@ -11,6 +11,7 @@ from tasks import paths
 from tasks.io import atomic_outputs
 from tasks.params import PARAMS_FILE, load_params
 from tasks.report import build_report, to_html
+from tasks.report_interpretability import interpretability_section
 from tasks.stage import run_stage, stage_task
 
 TITLE = "zhplm pipeline report"
@@ -21,9 +22,12 @@ def report() -> None:
     params = load_params()
     out = paths.REPORTS
     with atomic_outputs(out / "report.md", out / "report.html", out / "figures") as (md_file, html_file, figures):
+        figures.mkdir(parents=True)
+        interpretability = stage_task(interpretability_section)(paths.METRICS, params, figures, paths.ATTRIBUTIONS,
+                                                                out)
         text = stage_task(build_report)(Path(PARAMS_FILE).read_text(encoding="utf-8"), params.compare,
                                         params.finetune_models, params.finetune.tasks, paths.METRICS,
-                                        paths.PREDICTIONS, paths.DOWNSTREAM, figures)
+                                        paths.PREDICTIONS, paths.DOWNSTREAM, figures, interpretability)
         # The Markdown refers to figures/...; render the HTML against the temporary folder.
         md_file.write_text(text, encoding="utf-8")
         html_file.write_text(to_html(text.replace("](figures/", f"]({figures.name}/"), out, TITLE),

@@ -508,7 +508,7 @@ def multilingual_section(metrics: Path, mixtures: dict, figures: Path) -> list[s
                      - continued["natural"]["heldout"]["after"][lang]["accuracy"]
                      for lang in base if continued["natural"]["heldout"]["after"][lang]["accuracy"] is not None}
             better = [lang for lang, g in gains.items() if g > 0]
-            blocks.append(f"Resampling vs natural proportions (held-out accuracy, points): "
+            blocks.append("Resampling vs natural proportions (held-out accuracy, points): "
                           + ", ".join(f"{lang} {100 * g:+.1f}" for lang, g in gains.items())
                           + f". Resampling helps {len(better)} of {len(gains)} languages"
                           + (f" ({', '.join(better)})." if better else "."))
@@ -530,8 +530,9 @@ def multilingual_section(metrics: Path, mixtures: dict, figures: Path) -> list[s
 
 
 def build_report(params_text: str, objectives: list[str], models: list[str], tasks: list[str], metrics: Path,
-                 predictions: Path, data: Path, figures: Path) -> str:
-    """The pipeline report as Markdown; figures are written into ``figures``."""
+                 predictions: Path, data: Path, figures: Path, interpretability: list[str] = ()) -> str:
+    """The pipeline report as Markdown; figures are written into ``figures``. ``interpretability``:
+    the blocks of that section (:mod:`tasks.report_interpretability`)."""
     figures.mkdir(parents=True, exist_ok=True)
     prov = provenance()
     results = finetune_results(metrics, models, tasks)
@@ -548,6 +549,8 @@ def build_report(params_text: str, objectives: list[str], models: list[str], tas
     report.section("Wrong predictions", *errors_section(results, models, tasks, predictions, data))
     mixtures = ((yaml.safe_load(params_text) or {}).get("multilingual") or {}).get("mixtures", {})
     report.section("Multilingual continued pretraining", *multilingual_section(metrics, mixtures, figures))
+    if interpretability:
+        report.section("Interpretability", *interpretability)
     report.section("What changed since the last commit", *changes_section(results))
     report.section("Run times", *runtime_section(metrics, objectives, results))
     report.section("Parameters", f"```yaml\n{params_text.strip()}\n```")
