@@ -30,6 +30,7 @@ compare: setup
 
 bench: setup
 	python benchmarks/pretraining_data.py
+	python benchmarks/attention_zones.py
 
 pipeline: setup
 	python -m flows.pipeline
