@@ -109,7 +109,12 @@ def plot_curves(curves: dict[str, list[dict]], y: str, ylabel: str, path: Path) 
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path)
+    return save_figure(fig, path)
+
+
+def save_figure(fig, path: Path) -> Path:
+    """Write ``fig`` as PNG, cropped to its content, and free it (pyplot keeps open figures alive)."""
+    fig.savefig(path, bbox_inches="tight")
     plt.close(fig)
     return path
 
@@ -327,9 +332,7 @@ def _save_bars(fig, ax, ylabel: str, path: Path) -> Path:
     ax.grid(axis="y", alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def plot_grouped(values: dict[str, dict[str, list[float]]], models: list[str], ylabel: str, path: Path) -> Path:

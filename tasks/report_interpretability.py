@@ -16,7 +16,7 @@ import numpy as np  # noqa: E402
 
 from tasks.attention_zones import ZONE_LABELS, ZONES  # noqa: E402
 from tasks.attributions import attribution_html  # noqa: E402
-from tasks.report import as_fractions, fmt, load_metrics, table  # noqa: E402
+from tasks.report import as_fractions, fmt, load_metrics, save_figure, table  # noqa: E402
 
 
 def _loaded(metrics: Path, stage: str, models: list[str]) -> dict[str, dict]:
@@ -33,16 +33,15 @@ def _heatmaps(grids: dict[str, np.ndarray], rows: list[str], cols: list[str], ti
     for ax, (model, grid) in zip(axes[0], grids.items()):
         image = ax.imshow(grid, cmap="RdBu", vmin=-limit, vmax=limit, aspect="auto")
         for (i, j), v in np.ndenumerate(grid):
-            ax.text(j, i, f"{v:+.1f}", ha="center", va="center", fontsize=7)
+            ax.text(j, i, f"{v:+.1f}", ha="center", va="center", fontsize=7,
+                    color="white" if abs(v) > 0.6 * limit else "black")  # readable on dark cells
         ax.set_xticks(range(len(cols)), cols, rotation=45, ha="right", fontsize=8)
         ax.set_yticks(range(len(rows)), rows, fontsize=8)
         ax.set_title(model, fontsize=9)
         ax.tick_params(axis="y", labelleft=ax is axes[0][0])
     fig.colorbar(image, ax=axes[0].tolist(), shrink=0.8, label="ΔF1 (points)")
     fig.suptitle(title, fontsize=10)
-    fig.savefig(path, bbox_inches="tight")
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def ablation_blocks(metrics: Path, models: list[str], figures: Path) -> list[str]:
@@ -135,9 +134,7 @@ def _plot_probes(runs: dict[str, dict], path: Path) -> Path:
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def probe_blocks(metrics: Path, models: list[str], figures: Path) -> list[str]:
@@ -202,8 +199,7 @@ def scalar_mix_blocks(metrics: Path, models: list[str], figures: Path) -> list[s
         ax.set_ylabel("weight s_j")
     axes[0][0].legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(figures / "scalar_mix.png")
-    plt.close(fig)
+    save_figure(fig, figures / "scalar_mix.png")
     blocks.append("![scalar-mix layer weights](figures/scalar_mix.png)")
     top = {task: {m: int(np.argmax(r["tasks"][task]["layer_weights"])) for m, r in runs.items()} for task in tasks}
     blocks.append("Layers drawn on most: " + "; ".join(
