@@ -28,6 +28,7 @@ from transformers.modeling_outputs import SequenceClassifierOutput
 
 from tasks.batching import pad_batch, ragged
 from tasks.errors import SourceError
+from tasks.io import numbered_lines
 from tasks.text import normalise
 
 SPLIT_SCHEMA = pa.schema([("id", pa.string()), ("text_a", pa.string()), ("text_b", pa.string()),
@@ -50,14 +51,10 @@ def read_polarity_lines(files: dict[int, Path]) -> list[tuple[str, int, str]]:
     """
     out = []
     for label, path in sorted(files.items()):
-        with open(path, "rb") as f:
-            for number, raw in enumerate(f, start=1):
-                try:
-                    text = normalise(raw.decode("utf-8"))
-                except UnicodeDecodeError as exc:
-                    raise SourceError(f"{path}:{number}: not valid UTF-8 ({exc.reason})") from None
-                if text:
-                    out.append((text, label, f"{path.name}:{number}"))
+        for number, line in numbered_lines(path):
+            text = normalise(line)
+            if text:
+                out.append((text, label, f"{path.name}:{number}"))
     return out
 
 

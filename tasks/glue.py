@@ -49,6 +49,7 @@ import pyarrow.parquet as pq
 
 from tasks.classification import METRICS, score, split_schema
 from tasks.errors import ParamsError, SourceError
+from tasks.io import numbered_lines
 from tasks.quality import Issues
 from tasks.text import normalise
 
@@ -162,18 +163,8 @@ def table_labels(table: pa.Table) -> list[str] | None:
 
 
 def _lines(path: Path) -> Iterator[str]:
-    """Decoded lines of ``path`` (line endings kept; a leading BOM dropped).
-
-    Raises:
-        SourceError: a line is not UTF-8 (names file and line).
-    """
-    with open(path, "rb") as f:
-        for number, raw in enumerate(f, start=1):
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise SourceError(f"{path}:{number}: not valid UTF-8 ({exc.reason})") from None
-            yield line[1:] if number == 1 and line.startswith("\ufeff") else line
+    """Decoded lines of ``path`` with their line endings, as ``csv`` wants them."""
+    return (line for _, line in numbered_lines(path, keep_ends=True))
 
 
 def _drop(issues: Issues, where: str, kind: str, detail: str) -> None:
@@ -328,7 +319,7 @@ def read_clue_jsonl(path: Path, text_a: str, text_b: str | None, label: str, lab
         raise ValueError(f"labels {labels} repeat a label")
     keys = [k for k in (text_a, text_b, label) if k is not None]
     records = []
-    for number, line in enumerate(_lines(path), start=1):
+    for number, line in numbered_lines(path):
         if not line.strip():
             continue
         where = f"{path}:{number}"

@@ -82,8 +82,13 @@ def read_json(path: str | os.PathLike) -> Any:
 
 
 def write_parquet(path: str | os.PathLike, table: pa.Table) -> None:
-    """Write ``table`` to Parquet with fixed settings (zstd, no pandas metadata)."""
-    table = table.replace_schema_metadata(None)
+    """Write ``table`` to Parquet with fixed settings (zstd, no pandas metadata).
+
+    Other schema metadata is kept: loaders store facts there that readers need
+    (e.g. the label names of :func:`tasks.glue.table_labels`).
+    """
+    meta = {k: v for k, v in (table.schema.metadata or {}).items() if k != b"pandas"}
+    table = table.replace_schema_metadata(meta or None)
     pq.write_table(table, path, compression="zstd", use_dictionary=True, write_statistics=True)
 
 
@@ -119,11 +124,22 @@ def read_jsonl(path: str | os.PathLike) -> list[dict]:
     return [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line]
 
 
-def numbered_lines(path: Path) -> Iterator[tuple[int, str]]:
-    """(1-based line number, line) of a UTF-8 file; a decoding error names the line."""
+def numbered_lines(path: Path, keep_ends: bool = False) -> Iterator[tuple[int, str]]:
+    """(1-based line number, line) of a UTF-8 file, the one text reader of every stage.
+
+    A leading byte-order mark is dropped (Windows tools write one; it is never text).
+    Line endings are stripped unless ``keep_ends`` (the ``csv`` module needs them to
+    read quoted fields that span lines).
+
+    Raises:
+        SourceError: a line is not UTF-8 (names file, line and byte offset in the line).
+    """
     with open(path, "rb") as f:
         for number, raw in enumerate(f, start=1):
             try:
-                yield number, raw.decode("utf-8").rstrip("\r\n")
+                line = raw.decode("utf-8")
             except UnicodeDecodeError as exc:
                 raise SourceError(f"{path}:{number}: not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
+            if number == 1:
+                line = line.removeprefix("\ufeff")
+            yield number, line if keep_ends else line.rstrip("\r\n")

@@ -25,6 +25,7 @@ from transformers import PreTrainedTokenizerBase
 
 from tasks.batching import pad_batch, ragged
 from tasks.errors import SourceError
+from tasks.io import numbered_lines
 from tasks.quality import Issues
 from tasks.text import normalise
 
@@ -140,19 +141,12 @@ def read_conll(path: Path, scheme: str, issues: Issues, labels: list[str] | None
             count += 1
             rows.clear()
 
-    with open(path, "rb") as f:
-        for number, raw in enumerate(f, start=1):
-            try:
-                line = raw.decode("utf-8").rstrip("\r\n")
-            except UnicodeDecodeError as exc:
-                raise SourceError(f"{path}:{number}: not valid UTF-8 ({exc.reason})") from None
-            if number == 1:
-                line = line.removeprefix("\ufeff")
-            line = line.strip(" \t")
-            if not line or line.startswith("-DOCSTART-"):
-                close()
-            else:
-                rows.append((number, _COLUMNS.split(line)))
+    for number, line in numbered_lines(path):
+        line = line.strip(" \t")
+        if not line or line.startswith("-DOCSTART-"):
+            close()
+        else:
+            rows.append((number, _COLUMNS.split(line)))
     close()
     return sentences
 

@@ -12,9 +12,11 @@ import torch
 from transformers import BertConfig, BertForSequenceClassification, BertTokenizerFast
 
 from tasks.classification import EncodedClassification, classification_metrics, split_schema
+from tasks.downstream import _classification_labels
 from tasks.errors import ParamsError, SourceError
 from tasks.glue import (GLUE_TASKS, METRICS, glue_task, read_clue_jsonl, read_glue, read_table, score,
                         table_labels)
+from tasks.io import write_parquet
 from tasks.quality import Issues
 
 T = "\t"
@@ -246,6 +248,18 @@ def test_clue_tnews_single_sentence_infers_numeric_label_order(tmp_path):
     assert table.column("text_b").null_count == 3
     assert table.column("id").to_pylist() == ["train-1", "train-2", "train-3"]
     assert issues.to_dict()["counts"] == {"field_skipped": 1, "text_skipped": 1}
+
+
+def test_label_names_survive_the_split_files_and_set_the_class_count(tmp_path):
+    # Only two of the three CMNLI labels occur: the classifier still needs three outputs.
+    jsonl(tmp_path / "train.json", {"sentence1": "他在跑步", "sentence2": "他在运动", "label": "entailment"},
+          {"sentence1": "他在跑步", "sentence2": "他在睡觉", "label": "contradiction"})
+    table = read_clue_jsonl(tmp_path / "train.json", "sentence1", "sentence2", "label",
+                            ["contradiction", "entailment", "neutral"], Issues("fail"))
+    write_parquet(tmp_path / "train.parquet", table)
+    back = pq.read_table(tmp_path / "train.parquet")
+    assert table_labels(back) == ["contradiction", "entailment", "neutral"]
+    assert _classification_labels({"train": back}) == ["contradiction", "entailment", "neutral"]
 
 
 def lcqmc_like():

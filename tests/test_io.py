@@ -1,0 +1,67 @@
+"""Atomic outputs, deterministic Parquet and the shared line reader."""
+
+import os
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from tasks.errors import SourceError
+from tasks.glue import table_labels
+from tasks.io import atomic_outputs, numbered_lines, sha256_file, write_json, write_parquet
+
+
+def test_failed_run_keeps_previous_outputs_and_leaves_no_temporaries(tmp_path):
+    out, stats = tmp_path / "a.parquet", tmp_path / "d" / "stats.json"
+    with atomic_outputs(out, stats) as (a, s):
+        write_parquet(a, pa.table({"x": [1, 2]}))
+        write_json(s, {"n": 2})
+    before = sha256_file(out), sha256_file(stats)
+    with pytest.raises(KeyboardInterrupt):
+        with atomic_outputs(out, stats) as (a, s):
+            write_parquet(a, pa.table({"x": [3]}))
+            raise KeyboardInterrupt  # killed half-way: stats not written yet
+    assert (sha256_file(out), sha256_file(stats)) == before
+    assert sorted(os.listdir(tmp_path)) == ["a.parquet", "d"] and os.listdir(tmp_path / "d") == ["stats.json"]
+
+
+def test_an_output_never_written_is_an_error_and_replaces_nothing(tmp_path):
+    (tmp_path / "a.json").write_text("old")
+    with pytest.raises(RuntimeError, match=r"b.json was not written"):
+        with atomic_outputs(tmp_path / "a.json", tmp_path / "b.json") as (a, _):
+            write_json(a, {})
+    assert (tmp_path / "a.json").read_text() == "old"
+
+
+def test_directory_outputs_replace_the_old_tree(tmp_path):
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "stale.bin").write_bytes(b"x")
+    with atomic_outputs(tmp_path / "m") as (m,):
+        m.mkdir()
+        (m / "model.bin").write_bytes(b"y")
+    assert os.listdir(tmp_path / "m") == ["model.bin"]
+
+
+def test_parquet_is_byte_identical_and_keeps_loader_metadata_only(tmp_path):
+    schema = pa.schema([("label", pa.int64())], metadata={"labels": '["a", "b"]', "pandas": "{}"})
+    table = pa.table({"label": [0, 1, 1]}, schema=schema)
+    write_parquet(tmp_path / "1.parquet", table)
+    write_parquet(tmp_path / "2.parquet", table)
+    assert sha256_file(tmp_path / "1.parquet") == sha256_file(tmp_path / "2.parquet")
+    back = pq.read_table(tmp_path / "1.parquet")
+    assert table_labels(back) == ["a", "b"]
+    assert b"pandas" not in back.schema.metadata
+
+
+def test_numbered_lines_drops_a_leading_bom_and_line_ends(tmp_path):
+    path = tmp_path / "t.txt"
+    path.write_bytes("\ufeff一\r\n\ufeff二\n\n三".encode())
+    assert list(numbered_lines(path)) == [(1, "一"), (2, "\ufeff二"), (3, ""), (4, "三")]
+    assert [line for _, line in numbered_lines(path, keep_ends=True)] == ["一\r\n", "\ufeff二\n", "\n", "三"]
+
+
+def test_numbered_lines_names_file_line_and_byte_of_bad_utf8(tmp_path):
+    path = tmp_path / "bad.txt"
+    path.write_bytes("好\n".encode() + b"ab\xff\n")
+    with pytest.raises(SourceError, match=r"bad.txt:2: not valid UTF-8 \(invalid start byte at byte 2\)"):
+        list(numbered_lines(path))
