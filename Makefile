@@ -18,15 +18,15 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 
 # One local Prefect server for all stages (each would otherwise start its own).
 repro: setup
-	python -m tasks.prefect_server dvc repro
+	python -m tasks.orchestration.prefect_server dvc repro
 
 test: setup
 	pytest
 
 # Every objective of params.yaml, pretrained, fine-tuned and compared (one dvc experiment).
 compare: setup
-	python -m tasks.prefect_server dvc exp run -S \
-		"compare=[$$(python -c 'from tasks.params import load_params; print(",".join(load_params().objectives))')]"
+	python -m tasks.orchestration.prefect_server dvc exp run -S \
+		"compare=[$$(python -c 'from tasks.core.params import load_params; print(",".join(load_params().objectives))')]"
 
 bench: setup
 	python benchmarks/pretraining_data.py

@@ -1,4 +1,4 @@
-"""Cost of the attention-zone intervention (``tasks/attention_zones.py``) at evaluation time.
+"""Cost of the attention-zone intervention (``tasks/interpretability/ablation.py``) at evaluation time.
 
 Times forward passes of a randomly initialised BERT encoder with a QA head over MRC-shaped
 features (``[CLS] question [SEP] passage [SEP]``), in four settings: the plain model (its
@@ -21,8 +21,8 @@ from contextlib import nullcontext
 import torch
 from transformers import BertConfig, BertForQuestionAnswering
 
-from tasks.attention_zones import ZoneAblation
-from tasks.modeling import resolve_device
+from tasks.interpretability.ablation import ZoneAblation
+from tasks.training.device import resolve_device
 
 SIZES = {"pipeline (2 x 128, 2 heads)": dict(hidden_size=128, num_hidden_layers=2, num_attention_heads=2,
                                              intermediate_size=512),

@@ -4,7 +4,7 @@ as the pipeline does it (``tasks/``) and the naive way, on the same real input, 
 * segment: jieba precise mode over the corpus sentences; the pipeline's
   ``segment_texts`` (a process per core) vs a plain ``jieba.lcut`` loop.
 * mask: packed rows of the pipeline's corpus masked with each objective; the
-  pipeline's vectorised :func:`tasks.masking.mask_batch` (one NumPy call per batch)
+  pipeline's vectorised :func:`tasks.pretraining.masking.mask_batch` (one NumPy call per batch)
   vs a per-example Python loop written the way the retired transformers
   ``DataCollatorForWholeWordMask`` worked (group tokens into words, shuffle, pick
   until the budget, then draw the replacement token by token), extended to the
@@ -29,13 +29,13 @@ import numpy as np
 import pyarrow.parquet as pq
 from transformers import AutoTokenizer
 
-from tasks import paths
-from tasks.masking import MaskingConfig, mask_batch
-from tasks.params import load_params
-from tasks.pretraining_data import masking_config, pack_documents
-from tasks.segment import segment_texts
-from tasks.similar_words import lexicon_ids, similar_words_from_table
-from tasks.tokenization import random_token_ids
+from tasks.core import paths
+from tasks.core.params import load_params
+from tasks.corpus.segment import segment_texts
+from tasks.corpus.similar_words import lexicon_ids, similar_words_from_table
+from tasks.corpus.tokenize import random_token_ids
+from tasks.pretraining.masking import MaskingConfig, mask_batch
+from tasks.pretraining.pretraining_data import masking_config, pack_documents
 
 OBJECTIVES = ["mlm", "wwm", "ngram", "mac", "perlm"]
 

@@ -1,5 +1,5 @@
 """Stage ``ablation@<model>``: attention-zone ablation of a span-extraction model
-(Cui et al. 2022, iScience; :mod:`tasks.attention_zones`).
+(Cui et al. 2022, iScience; :mod:`tasks.interpretability.ablation`).
 
 The model is fine-tuned on ``ablation.task`` exactly as ``finetune`` does with its first
 seed, then evaluated on ``ablation.split`` with each zone blocked in all layers at
@@ -14,14 +14,14 @@ import pyarrow.parquet as pq
 from prefect import flow, get_run_logger
 from transformers import AutoTokenizer
 
-from tasks import paths
-from tasks.attention_zones import ZONES, ZoneAblation
-from tasks.downstream import FAMILIES
-from tasks.finetune import fit_seed
-from tasks.io import atomic_outputs, write_json
-from tasks.modeling import resolve_device
-from tasks.params import load_params
-from tasks.stage import run_stage, stage_task
+from tasks.core import paths
+from tasks.core.io import atomic_outputs, write_json
+from tasks.core.params import load_params
+from tasks.core.stage import run_stage, stage_task
+from tasks.downstream.downstream import FAMILIES
+from tasks.downstream.finetune import fit_seed
+from tasks.interpretability.ablation import ZONES, ZoneAblation
+from tasks.training.device import resolve_device
 
 
 @stage_task(task_run_name="{granularity}")

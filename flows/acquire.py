@@ -4,11 +4,11 @@ import sys
 
 from prefect import flow, get_run_logger
 
-from tasks import paths
-from tasks.acquire import acquire_source
-from tasks.io import atomic_outputs, write_json
-from tasks.params import load_params
-from tasks.stage import run_stage
+from tasks.core import paths
+from tasks.core.io import atomic_outputs, write_json
+from tasks.core.params import load_params
+from tasks.core.stage import run_stage
+from tasks.corpus.acquire import acquire_source
 
 
 @flow(name="acquire")

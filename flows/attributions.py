@@ -1,7 +1,7 @@
 """Stage ``attributions@<model>``: Integrated Gradients token attributions and per-layer
 attention maps of the most confident correct and wrong dev predictions of a classification
 model (fine-tuned as ``finetune`` does with its first seed), written as one self-contained
-HTML page plus a JSON summary (:mod:`tasks.attributions`)."""
+HTML page plus a JSON summary (:mod:`tasks.interpretability.attributions`)."""
 
 import sys
 
@@ -11,14 +11,14 @@ import torch
 from prefect import flow, get_run_logger
 from transformers import AutoTokenizer
 
-from tasks import paths
-from tasks.attributions import attention_html, attribution_html, integrated_gradients
-from tasks.downstream import FAMILIES
-from tasks.finetune import fit_seed, predict
-from tasks.io import atomic_outputs, write_json
-from tasks.modeling import resolve_device
-from tasks.params import load_params
-from tasks.stage import run_stage, stage_task
+from tasks.core import paths
+from tasks.core.io import atomic_outputs, write_json
+from tasks.core.params import load_params
+from tasks.core.stage import run_stage, stage_task
+from tasks.downstream.downstream import FAMILIES
+from tasks.downstream.finetune import fit_seed, predict
+from tasks.interpretability.attributions import attention_html, attribution_html, integrated_gradients
+from tasks.training.device import resolve_device
 
 
 def _encoder(model: torch.nn.Module) -> torch.nn.Module:

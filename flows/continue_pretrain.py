@@ -12,17 +12,18 @@ import torch
 from prefect import flow, get_run_logger
 from transformers import AutoTokenizer, BertForMaskedLM
 
-from tasks import paths
-from tasks.continued_pretraining import evaluate_mlm, pack_by_language, word_ids_for
-from tasks.io import atomic_outputs, sha256_tree, write_json
-from tasks.masking import MaskingConfig
-from tasks.modeling import PretrainingModel, resolve_device
-from tasks.multilingual import read_documents
-from tasks.params import load_params
-from tasks.pretrain import DynamicMasker, PretrainingExamples, train, write_log
-from tasks.stage import run_stage, stage_task
-from tasks.tokenization import random_token_ids
-from tasks.vocabulary import resize_embeddings
+from tasks.core import paths
+from tasks.core.io import atomic_outputs, sha256_tree, write_json
+from tasks.core.params import load_params
+from tasks.core.stage import run_stage, stage_task
+from tasks.corpus.tokenize import random_token_ids
+from tasks.multilingual.continue_pretrain import evaluate_mlm, pack_by_language, word_ids_for
+from tasks.multilingual.multilingual import read_documents
+from tasks.multilingual.vocabulary import resize_embeddings
+from tasks.pretraining.masking import MaskingConfig
+from tasks.pretraining.modeling import PretrainingModel
+from tasks.pretraining.pretrain import DynamicMasker, PretrainingExamples, train, write_log
+from tasks.training.device import resolve_device
 
 
 @flow(name="continue_pretrain")

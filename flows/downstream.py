@@ -1,7 +1,7 @@
 """Stage ``downstream@<task>``: read, split and cap one downstream task's data.
 
 Writes ``data/downstream/<task>/{train,dev,test}.parquet`` (schemas in
-:mod:`tasks.downstream`), the evaluation text that ingest keeps out of the
+:mod:`tasks.downstream.downstream`), the evaluation text that ingest keeps out of the
 pretraining corpus (``eval_texts.parquet``), and ``metrics/downstream/<task>.json``
 (rows per split, label or entity counts, malformed records and what was done).
 """
@@ -11,11 +11,11 @@ import sys
 import pyarrow as pa
 from prefect import flow, get_run_logger
 
-from tasks import paths
-from tasks.downstream import eval_texts, prepare_task
-from tasks.io import atomic_outputs, write_json, write_parquet
-from tasks.params import load_params
-from tasks.stage import run_stage, stage_task
+from tasks.core import paths
+from tasks.core.io import atomic_outputs, write_json, write_parquet
+from tasks.core.params import load_params
+from tasks.core.stage import run_stage, stage_task
+from tasks.downstream.downstream import eval_texts, prepare_task
 
 
 @flow(name="downstream")

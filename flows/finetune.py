@@ -12,14 +12,14 @@ import pyarrow.parquet as pq
 from prefect import flow, get_run_logger
 from transformers import AutoTokenizer
 
-from tasks import paths
-from tasks.downstream import FAMILIES
-from tasks.errors import ParamsError
-from tasks.finetune import fit_seed, summarize
-from tasks.io import atomic_outputs, write_json, write_jsonl
-from tasks.modeling import resolve_device
-from tasks.params import load_params
-from tasks.stage import run_stage, stage_task
+from tasks.core import paths
+from tasks.core.errors import ParamsError
+from tasks.core.io import atomic_outputs, write_json, write_jsonl
+from tasks.core.params import load_params
+from tasks.core.stage import run_stage, stage_task
+from tasks.downstream.downstream import FAMILIES
+from tasks.downstream.finetune import fit_seed, summarize
+from tasks.training.device import resolve_device
 
 SPLITS = ("train", "dev", "test")
 

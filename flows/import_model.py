@@ -14,14 +14,14 @@ import torch
 from prefect import flow
 from transformers import AutoModel, AutoTokenizer
 
-from tasks import paths
-from tasks.errors import SourceError
-from tasks.io import atomic_outputs
-from tasks.params import load_params
-from tasks.stage import run_stage
+from tasks.core import paths
+from tasks.core.errors import SourceError
+from tasks.core.io import atomic_outputs
+from tasks.core.params import load_params
+from tasks.core.stage import run_stage
 
 
-@flow(name="import-model")
+@flow(name="import_model")
 def import_model(name: str) -> None:
     params = load_params()
     spec = params.hub_models.get(name)

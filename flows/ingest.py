@@ -4,12 +4,12 @@ import sys
 
 from prefect import flow, get_run_logger
 
-from tasks import paths
-from tasks.acquire import source_file
-from tasks.ingest import build_corpus, load_eval_sentences, read_documents
-from tasks.io import atomic_outputs, write_json, write_parquet
-from tasks.params import load_params
-from tasks.stage import run_stage, stage_task
+from tasks.core import paths
+from tasks.core.io import atomic_outputs, write_json, write_parquet
+from tasks.core.params import load_params
+from tasks.core.paths import source_file
+from tasks.core.stage import run_stage, stage_task
+from tasks.corpus.ingest import build_corpus, load_eval_sentences, read_documents
 
 
 @stage_task

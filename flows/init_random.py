@@ -9,14 +9,14 @@ import sys
 from prefect import flow
 from transformers import AutoTokenizer
 
-from tasks import paths
-from tasks.io import atomic_outputs
-from tasks.modeling import bert_config, new_masked_lm
-from tasks.params import load_params
-from tasks.stage import run_stage
+from tasks.core import paths
+from tasks.core.io import atomic_outputs
+from tasks.core.params import load_params
+from tasks.core.stage import run_stage
+from tasks.pretraining.modeling import bert_config, new_masked_lm
 
 
-@flow(name="init-random")
+@flow(name="init_random")
 def init_random() -> None:
     params = load_params()
     tokenizer = AutoTokenizer.from_pretrained(paths.TOKENIZER)

@@ -7,11 +7,11 @@ import sys
 import pyarrow.parquet as pq
 from prefect import flow, get_run_logger
 
-from tasks import paths
-from tasks.io import atomic_outputs, read_json, write_json, write_parquet
-from tasks.multilingual import build_documents, iter_inputs
-from tasks.params import load_params
-from tasks.stage import run_stage, stage_task
+from tasks.core import paths
+from tasks.core.io import atomic_outputs, read_json, write_json, write_parquet
+from tasks.core.params import load_params
+from tasks.core.stage import run_stage, stage_task
+from tasks.multilingual.multilingual import build_documents, iter_inputs
 
 
 @flow(name="multilingual")

@@ -23,7 +23,7 @@ import networkx as nx
 from prefect import flow, get_run_logger
 from prefect.deployments.runner import RunnerDeployment
 
-from tasks.stage import stage_task
+from tasks.core.stage import stage_task
 
 DEPLOYMENT = "nightly"
 
@@ -53,7 +53,7 @@ def repro_stage(stage: str, force: bool = False) -> None:
         raise RuntimeError(f"stage {stage} failed (dvc repro exit status {proc.returncode})")
 
 
-@flow(name="zhplm-pipeline")
+@flow(name="pipeline")
 def pipeline(force: bool = False) -> list[str]:
     """Run every stage of ``dvc.yaml`` in dependency order; returns the stage names."""
     stages = stage_order()

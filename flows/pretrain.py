@@ -12,15 +12,16 @@ from prefect import flow, get_run_logger
 from safetensors.torch import save_file
 from transformers import AutoTokenizer
 
-from tasks import paths
-from tasks.io import atomic_outputs, sha256_tree, write_json
-from tasks.modeling import PretrainingModel, bert_config, new_masked_lm, resolve_device
-from tasks.params import load_params
-from tasks.pretrain import DynamicMasker, PretrainingExamples, train, write_log
-from tasks.pretraining_data import masking_config, read_shards
-from tasks.similar_words import similar_words_from_table
-from tasks.stage import run_stage, stage_task
-from tasks.tokenization import random_token_ids
+from tasks.core import paths
+from tasks.core.io import atomic_outputs, sha256_tree, write_json
+from tasks.core.params import load_params
+from tasks.core.stage import run_stage, stage_task
+from tasks.corpus.similar_words import similar_words_from_table
+from tasks.corpus.tokenize import random_token_ids
+from tasks.pretraining.modeling import PretrainingModel, bert_config, new_masked_lm
+from tasks.pretraining.pretrain import DynamicMasker, PretrainingExamples, train, write_log
+from tasks.pretraining.pretraining_data import masking_config, read_shards
+from tasks.training.device import resolve_device
 
 HEADS_FILE = "pretraining_heads.safetensors"  # PerLM / NSP / SOP heads, not part of the Hugging Face model
 

@@ -10,13 +10,13 @@ import pyarrow.parquet as pq
 from prefect import flow, get_run_logger
 from transformers import AutoTokenizer
 
-from tasks import paths
-from tasks.io import atomic_outputs, write_json
-from tasks.params import load_params
-from tasks.pretraining_data import masking_config, pack_documents, sentence_pairs, write_shards
-from tasks.similar_words import lexicon_ids, similar_words_from_table
-from tasks.stage import run_stage, stage_task
-from tasks.tokenization import random_token_ids
+from tasks.core import paths
+from tasks.core.io import atomic_outputs, write_json
+from tasks.core.params import load_params
+from tasks.core.stage import run_stage, stage_task
+from tasks.corpus.similar_words import lexicon_ids, similar_words_from_table
+from tasks.corpus.tokenize import random_token_ids
+from tasks.pretraining.pretraining_data import masking_config, pack_documents, sentence_pairs, write_shards
 
 
 @stage_task
@@ -32,7 +32,7 @@ def pack(max_seq_length: int, cls_id: int, sep_id: int, with_lexicon: bool, rese
                           lex_ids=lex, reserve=reserve)
 
 
-@flow(name="pretraining-data")
+@flow(name="pretraining_data")
 def pretraining_data(objective: str) -> None:
     params = load_params()
     spec, cfg = params.objective(objective), params.pretraining_data

@@ -1,6 +1,6 @@
 """Stage ``probe@<model>``: linear probes on every layer's frozen hidden states for POS tags
 (People's Daily gold tags, word level) and NER tags (the NER task's BIO tags); accuracy per
-layer, and entity-level F1 of the NER probe (:mod:`tasks.probing`)."""
+layer, and entity-level F1 of the NER probe (:mod:`tasks.interpretability.probe`)."""
 
 import sys
 import time
@@ -10,14 +10,14 @@ import pyarrow.parquet as pq
 from prefect import flow, get_run_logger
 from transformers import AutoModel, AutoTokenizer
 
-from tasks import paths
-from tasks.downstream import ner_sentences
-from tasks.io import atomic_outputs, write_json
-from tasks.modeling import resolve_device
-from tasks.ner import EncodedNer, ner_metrics
-from tasks.params import load_params
-from tasks.probing import linear_probe, read_pos_tagged, tags_by_sentence, word_features
-from tasks.stage import run_stage, stage_task
+from tasks.core import paths
+from tasks.core.io import atomic_outputs, write_json
+from tasks.core.params import load_params
+from tasks.core.stage import run_stage, stage_task
+from tasks.downstream.downstream import ner_sentences
+from tasks.downstream.ner import EncodedNer, ner_metrics
+from tasks.interpretability.probe import linear_probe, read_pos_tagged, tags_by_sentence, word_features
+from tasks.training.device import resolve_device
 
 
 @stage_task(task_run_name="{name}")

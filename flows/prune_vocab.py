@@ -9,14 +9,14 @@ import torch
 from prefect import flow, get_run_logger
 from transformers import AutoTokenizer, BertForMaskedLM
 
-from tasks import paths
-from tasks.batching import pad_batch
-from tasks.continued_pretraining import pack_by_language
-from tasks.io import atomic_outputs, write_json
-from tasks.multilingual import read_documents
-from tasks.params import load_params
-from tasks.stage import run_stage, stage_task
-from tasks.vocabulary import multilingual_tokenizer, parameter_count, prune_masked_lm, used_token_ids, vocabulary
+from tasks.core import paths
+from tasks.core.io import atomic_outputs, write_json
+from tasks.core.params import load_params
+from tasks.core.stage import run_stage, stage_task
+from tasks.multilingual.continue_pretrain import pack_by_language
+from tasks.multilingual.multilingual import read_documents
+from tasks.multilingual.vocabulary import multilingual_tokenizer, parameter_count, prune_masked_lm, used_token_ids, vocabulary
+from tasks.training.batching import pad_batch
 
 
 @stage_task

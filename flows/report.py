@@ -7,12 +7,12 @@ from pathlib import Path
 from prefect import flow
 from prefect.artifacts import create_markdown_artifact
 
-from tasks import paths
-from tasks.io import atomic_outputs
-from tasks.params import PARAMS_FILE, load_params
-from tasks.report import build_report, to_html
-from tasks.report_interpretability import interpretability_section
-from tasks.stage import run_stage, stage_task
+from tasks.core import paths
+from tasks.core.io import atomic_outputs
+from tasks.core.params import PARAMS_FILE, load_params
+from tasks.core.stage import run_stage, stage_task
+from tasks.report.interpretability import interpretability_section
+from tasks.report.report import build_report, to_html
 
 TITLE = "zhplm pipeline report"
 

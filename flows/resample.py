@@ -1,5 +1,5 @@
 """Stage ``resample@<mixture>``: draw the training documents of every language with
-p_i ∝ n_i^α / l_i^β (:mod:`tasks.resampling`) to about ``multilingual.total_tokens``
+p_i ∝ n_i^α / l_i^β (:mod:`tasks.multilingual.resample`) to about ``multilingual.total_tokens``
 tokens; writes ``data/mixtures/<mixture>.parquet`` (training order) and the per-language
 shares before and after."""
 
@@ -10,12 +10,12 @@ import pyarrow as pa
 from prefect import flow, get_run_logger
 from transformers import AutoTokenizer
 
-from tasks import paths
-from tasks.io import atomic_outputs, write_json, write_parquet
-from tasks.multilingual import read_documents
-from tasks.params import load_params
-from tasks.resampling import resample
-from tasks.stage import run_stage, stage_task
+from tasks.core import paths
+from tasks.core.io import atomic_outputs, write_json, write_parquet
+from tasks.core.params import load_params
+from tasks.core.stage import run_stage, stage_task
+from tasks.multilingual.multilingual import read_documents
+from tasks.multilingual.resample import resample
 
 
 @flow(name="resample")

@@ -1,5 +1,5 @@
 """Stage ``scalar_mix@<model>``: the feature-based approach (ELMo scalar mix over the frozen
-encoder's layers, :mod:`tasks.scalar_mix`) on each task of ``scalar_mix.tasks``, trained with
+encoder's layers, :mod:`tasks.interpretability.scalar_mix`) on each task of ``scalar_mix.tasks``, trained with
 the task's fine-tuning knobs and the first finetune seed, except the learning rate. The
 report sets these scores beside full fine-tuning of the same encoder (``finetune`` stage)."""
 
@@ -10,15 +10,15 @@ import torch
 from prefect import flow, get_run_logger
 from transformers import AutoTokenizer
 
-from tasks import paths
-from tasks.downstream import FAMILIES
-from tasks.errors import ParamsError
-from tasks.finetune import fit
-from tasks.io import atomic_outputs, write_json
-from tasks.modeling import resolve_device
-from tasks.params import load_params
-from tasks.scalar_mix import ScalarMixClassifier, ScalarMixTagger
-from tasks.stage import run_stage, stage_task
+from tasks.core import paths
+from tasks.core.errors import ParamsError
+from tasks.core.io import atomic_outputs, write_json
+from tasks.core.params import load_params
+from tasks.core.stage import run_stage, stage_task
+from tasks.downstream.downstream import FAMILIES
+from tasks.downstream.finetune import fit
+from tasks.interpretability.scalar_mix import ScalarMixClassifier, ScalarMixTagger
+from tasks.training.device import resolve_device
 
 HEADS = {"classification": ScalarMixClassifier, "ner": ScalarMixTagger}
 

@@ -7,11 +7,11 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from prefect import flow, get_run_logger
 
-from tasks import paths
-from tasks.io import atomic_outputs, write_json, write_parquet
-from tasks.params import load_params
-from tasks.segment import add_words
-from tasks.stage import run_stage, stage_task
+from tasks.core import paths
+from tasks.core.io import atomic_outputs, write_json, write_parquet
+from tasks.core.params import load_params
+from tasks.core.stage import run_stage, stage_task
+from tasks.corpus.segment import add_words
 
 
 @flow(name="segment")

@@ -8,15 +8,15 @@ import pyarrow.parquet as pq
 from prefect import flow, get_run_logger
 from transformers import AutoTokenizer
 
-from tasks import paths
-from tasks.acquire import source_file
-from tasks.io import atomic_outputs, write_json, write_parquet
-from tasks.params import load_params
-from tasks.similar_words import build_lexicon, load_word_vectors
-from tasks.stage import run_stage, stage_task
+from tasks.core import paths
+from tasks.core.io import atomic_outputs, write_json, write_parquet
+from tasks.core.params import load_params
+from tasks.core.paths import source_file
+from tasks.core.stage import run_stage, stage_task
+from tasks.corpus.similar_words import build_lexicon, load_word_vectors
 
 
-@flow(name="similar-words")
+@flow(name="similar_words")
 def similar_words() -> None:
     spec = load_params().similar_words
     start = time.perf_counter()

@@ -5,12 +5,12 @@ import sys
 import pyarrow.parquet as pq
 from prefect import flow, get_run_logger
 
-from tasks import paths
-from tasks.acquire import source_file
-from tasks.io import atomic_outputs, write_json, write_parquet
-from tasks.params import load_params
-from tasks.stage import run_stage, stage_task
-from tasks.tokenization import load_vocab_tokenizer, tokens_table, train_tokenizer, vocab_stats
+from tasks.core import paths
+from tasks.core.io import atomic_outputs, write_json, write_parquet
+from tasks.core.params import load_params
+from tasks.core.paths import source_file
+from tasks.core.stage import run_stage, stage_task
+from tasks.corpus.tokenize import load_vocab_tokenizer, tokens_table, train_tokenizer, vocab_stats
 
 
 @stage_task

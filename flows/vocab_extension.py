@@ -7,14 +7,14 @@ import sys
 from prefect import flow, get_run_logger
 from transformers import AutoTokenizer
 
-from tasks import paths
-from tasks.acquire import source_file
-from tasks.io import atomic_outputs, write_json
-from tasks.multilingual import documents_by_language, read_documents
-from tasks.params import load_params
-from tasks.stage import run_stage, stage_task
-from tasks.tokenization import load_vocab_tokenizer
-from tasks.vocabulary import coverage, extension_tokens, multilingual_tokenizer, vocabulary
+from tasks.core import paths
+from tasks.core.io import atomic_outputs, write_json
+from tasks.core.params import load_params
+from tasks.core.paths import source_file
+from tasks.core.stage import run_stage, stage_task
+from tasks.corpus.tokenize import load_vocab_tokenizer
+from tasks.multilingual.multilingual import documents_by_language, read_documents
+from tasks.multilingual.vocabulary import coverage, extension_tokens, multilingual_tokenizer, vocabulary
 
 
 @flow(name="vocab_extension")

@@ -8,9 +8,10 @@ import zipfile
 
 import pytest
 
-from tasks.acquire import acquire_source, source_file
-from tasks.errors import SourceError
-from tasks.params import LocalSource, PackageSource
+from tasks.core.errors import SourceError
+from tasks.core.params import LocalSource, PackageSource
+from tasks.core.paths import source_file
+from tasks.corpus.acquire import acquire_source
 
 CONTENT = "迈向/v  充满/v  希望/n\n".encode()
 SHA = hashlib.sha256(CONTENT).hexdigest()

@@ -5,7 +5,7 @@ import pytest
 import torch
 from transformers import AlbertConfig, AlbertModel, BertConfig, BertForQuestionAnswering
 
-from tasks.attention_zones import ZONES, ZoneAblation, zone_mask
+from tasks.interpretability.ablation import ZONES, ZoneAblation, zone_mask
 
 CLS, SEP, PAD = 2, 3, 0
 # [CLS] q q [SEP] p p p [SEP] pad pad: mid = 3, end = 7, Q = {1, 2}, P = {4, 5, 6}

@@ -3,8 +3,8 @@
 import torch
 from transformers import BertConfig, BertModel
 
-from tasks.attributions import attention_html, attribution_html, input_embeddings, integrated_gradients
-from tasks.classification import MeanPoolClassifier
+from tasks.downstream.classification import MeanPoolClassifier
+from tasks.interpretability.attributions import attention_html, attribution_html, input_embeddings, integrated_gradients
 
 
 def test_integrated_gradients_are_complete_and_ignore_special_tokens():

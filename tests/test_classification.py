@@ -6,10 +6,10 @@ import pytest
 import torch
 from transformers import BertTokenizerFast
 
-from tasks.classification import (EncodedClassification, classification_metrics, deduplicate,
-                                  read_polarity_lines, split_examples, split_table)
-from tasks.errors import SourceError
-from tasks.finetune import summarize
+from tasks.core.errors import SourceError
+from tasks.downstream.classification import (EncodedClassification, classification_metrics, deduplicate,
+                                             read_polarity_lines, split_examples, split_table)
+from tasks.downstream.finetune import summarize
 
 
 def test_dedupe_collapses_duplicates_and_drops_conflicts(tmp_path):
@@ -89,7 +89,7 @@ def _tiny_encoder():
 
 
 def test_mean_pool_head_ignores_padding_and_averages_token_states():
-    from tasks.classification import MeanPoolClassifier
+    from tasks.downstream.classification import MeanPoolClassifier
 
     model = MeanPoolClassifier(_tiny_encoder(), num_labels=3, dropout=0.0).eval()
     ids = torch.tensor([[2, 7, 9, 3, 0, 0]])
@@ -104,7 +104,7 @@ def test_mean_pool_head_ignores_padding_and_averages_token_states():
 
 
 def test_mean_pool_head_losses():
-    from tasks.classification import MeanPoolClassifier
+    from tasks.downstream.classification import MeanPoolClassifier
 
     ids, mask = torch.tensor([[2, 7, 3], [2, 8, 3]]), torch.ones(2, 3, dtype=torch.long)
     clf = MeanPoolClassifier(_tiny_encoder(), num_labels=2, dropout=0.0)

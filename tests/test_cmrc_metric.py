@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tasks.cmrc_metric import evaluate, exact_match, f1_score, gold_answers, longest_common_run, mixed_segmentation
+from tasks.downstream.cmrc_metric import evaluate, exact_match, f1_score, gold_answers, longest_common_run, mixed_segmentation
 
 CASES = [
     # (gold answers, prediction, EM, F1)

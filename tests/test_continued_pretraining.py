@@ -4,9 +4,9 @@ import numpy as np
 import torch
 from transformers import BertConfig, BertForMaskedLM
 
-from tasks.continued_pretraining import evaluate_mlm, pack_by_language, word_ids_for
-from tasks.tokenization import SPECIAL_TOKENS
-from tasks.vocabulary import multilingual_tokenizer
+from tasks.corpus.tokenize import SPECIAL_TOKENS
+from tasks.multilingual.continue_pretrain import evaluate_mlm, pack_by_language, word_ids_for
+from tasks.multilingual.vocabulary import multilingual_tokenizer
 
 TOKENS = SPECIAL_TOKENS + list("我们今天很好的人中国abc")
 

@@ -11,13 +11,13 @@ import pytest
 import torch
 from transformers import BertConfig, BertForSequenceClassification, BertTokenizerFast
 
-from tasks.classification import EncodedClassification, classification_metrics, split_schema
-from tasks.downstream import _classification_labels
-from tasks.errors import ParamsError, SourceError
-from tasks.glue import (GLUE_TASKS, METRICS, glue_task, read_clue_jsonl, read_glue, read_table, score,
-                        table_labels)
-from tasks.io import write_parquet
-from tasks.quality import Issues
+from tasks.core.errors import ParamsError, SourceError
+from tasks.core.io import write_parquet
+from tasks.core.quality import Issues
+from tasks.downstream.classification import EncodedClassification, classification_metrics, split_schema
+from tasks.downstream.downstream import _classification_labels
+from tasks.downstream.glue import (GLUE_TASKS, METRICS, glue_task, read_clue_jsonl, read_glue, read_table, score,
+                                   table_labels)
 
 T = "\t"
 MNLI_TRAIN_HEADER = ("index promptID pairID genre sentence1_binary_parse sentence2_binary_parse sentence1_parse "

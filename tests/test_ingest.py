@@ -4,9 +4,9 @@ from pathlib import Path
 
 import pytest
 
-from tasks.errors import SourceError
-from tasks.ingest import build_corpus, read_documents, read_peoples_daily
-from tasks.text import join_words, normalise, split_sentences
+from tasks.core.errors import SourceError
+from tasks.core.text import join_words, normalise, split_sentences
+from tasks.corpus.ingest import build_corpus, read_documents, read_peoples_daily
 
 PD_SAMPLE = (
     "迈向/v  充满/v  希望/n  的/u  新/a  世纪/n  （/w  附/v  图片/n  １/m  张/q  ）/w\n"

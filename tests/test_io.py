@@ -6,9 +6,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tasks.errors import SourceError
-from tasks.glue import table_labels
-from tasks.io import atomic_outputs, numbered_lines, sha256_file, write_json, write_parquet
+from tasks.core.errors import SourceError
+from tasks.core.io import atomic_outputs, numbered_lines, sha256_file, write_json, write_parquet
+from tasks.downstream.glue import table_labels
 
 
 def test_failed_run_keeps_previous_outputs_and_leaves_no_temporaries(tmp_path):

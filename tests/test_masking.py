@@ -5,8 +5,9 @@ PerLM permutation and its position labels, the MacBERT ablation shares; plus han
 import numpy as np
 import pytest
 
-from tasks.masking import (MaskingConfig, SimilarWords, corrupt, mask_batch, prediction_budget, select_ngrams,
-                           select_units, unit_ids_for)
+from tasks.corpus.similar_words import SimilarWords
+from tasks.pretraining.masking import (MaskingConfig, corrupt, mask_batch, prediction_budget, select_ngrams,
+                                       select_units, unit_ids_for)
 
 MASK, CLS, SEP = 103, 101, 102
 RANDOM_IDS = np.arange(1000, 21128, dtype=np.int32)

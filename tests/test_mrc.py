@@ -9,11 +9,11 @@ import pytest
 import torch
 from transformers import BertTokenizerFast
 
-from tasks.cmrc_metric import evaluate, gold_answers
-from tasks.errors import ParamsError, SourceError
-from tasks.mrc import (DEFAULT_QUERIES, MrcExample, MrcFeatures, bio_spans, decode, gold_texts, ner_to_mrc,
-                       read_squad, write_predictions)
-from tasks.quality import Issues
+from tasks.core.errors import ParamsError, SourceError
+from tasks.core.quality import Issues
+from tasks.downstream.cmrc_metric import evaluate, gold_answers
+from tasks.downstream.mrc import (DEFAULT_QUERIES, MrcExample, MrcFeatures, bio_spans, decode, gold_texts, ner_to_mrc,
+                                  read_squad, write_predictions)
 
 SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 

@@ -5,9 +5,9 @@ import json
 
 import pytest
 
-from tasks.errors import SourceError
-from tasks.multilingual import build_documents, heldout_mask, read_json_array, read_udhr_html
-from tasks.params import Multilingual, MultilingualInput
+from tasks.core.errors import SourceError
+from tasks.core.params import Multilingual, MultilingualInput
+from tasks.multilingual.multilingual import build_documents, heldout_mask, read_json_array, read_udhr_html
 
 UDHR = """<!doctype html><html lang="bo"><body><h1>Title</h1><header><h2>Preamble</h2>
 <p>འགྲོ་བ་མིའི་ &amp; ཁྱིམ</p><p>second
@@ -82,7 +82,7 @@ def test_params_reject_two_scripts_for_one_language_and_unknown_prune_languages(
 
 
 def test_inputs_of_a_missing_optional_source_are_skipped_with_the_reason(tmp_path):
-    from tasks.multilingual import iter_inputs
+    from tasks.multilingual.multilingual import iter_inputs
 
     (tmp_path / "maqal").mkdir()
     (tmp_path / "maqal" / "maqal.txt").write_text("بىر\nئىككى\n", encoding="utf-8")

@@ -5,11 +5,11 @@ import pytest
 import torch
 from transformers import BertConfig, BertForTokenClassification, BertTokenizerFast
 
-from tasks.errors import SourceError
-from tasks.finetune import predict
-from tasks.ner import (IGNORE_INDEX, EncodedNer, NerSentence, decode, entity_counts, label_list, ner_metrics,
-                       read_conll)
-from tasks.quality import Issues
+from tasks.core.errors import SourceError
+from tasks.core.quality import Issues
+from tasks.downstream.finetune import predict
+from tasks.downstream.ner import (IGNORE_INDEX, EncodedNer, NerSentence, decode, entity_counts, label_list, ner_metrics,
+                                  read_conll)
 
 
 def write(tmp_path, text: str, name: str = "f.txt", newline: str = "\n"):

@@ -3,8 +3,8 @@
 import pytest
 import yaml
 
-from tasks.errors import ParamsError
-from tasks.params import load_params
+from tasks.core.errors import ParamsError
+from tasks.core.params import load_params
 
 
 @pytest.fixture

@@ -24,5 +24,5 @@ def test_stage_order_follows_the_dvc_graph():
 
 def test_nightly_deployment_can_be_built():
     dep = deployment("30 1 * * *")
-    assert dep.name == DEPLOYMENT and dep.flow_name == "zhplm-pipeline"
+    assert dep.name == DEPLOYMENT and dep.flow_name == "pipeline"
     assert [s.schedule.cron for s in dep.schedules] == ["30 1 * * *"]

@@ -9,11 +9,12 @@ import pytest
 import torch
 from transformers import BertConfig, BertForMaskedLM
 
-from tasks.batching import BatchSchedule
-from tasks.masking import MaskingConfig, mask_batch
-from tasks.modeling import PretrainingModel
-from tasks.params import Pretrain
-from tasks.pretrain import DynamicMasker, PretrainingExamples, learning_rate, train
+from tasks.core.params import Pretrain
+from tasks.pretraining.masking import MaskingConfig, mask_batch
+from tasks.pretraining.modeling import PretrainingModel
+from tasks.pretraining.pretrain import DynamicMasker, PretrainingExamples, train
+from tasks.training.batching import BatchSchedule
+from tasks.training.optim import learning_rate
 
 
 def tiny_model(seed=0, **heads):
@@ -155,7 +156,7 @@ def test_dynamic_masking_is_mask_batch_seeded_by_step():
     assert not torch.equal(a["input_ids"], later["input_ids"])  # new masks at every step
     # exactly what the static path's function gives for the same generator
     ids = a["attention_mask"].numpy() * 0
-    from tasks.batching import pad_batch
+    from tasks.training.batching import pad_batch
     ids, _ = pad_batch(data.ids, data.id_offsets, index)
     words, _ = pad_batch(data.word_ids, data.id_offsets, index, pad_value=-1)
     import zlib

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 import pyarrow.parquet as pq
 
-from tasks.masking import MaskingConfig
-from tasks.pretraining_data import pack_documents, read_shards, sentence_pairs, write_shards
+from tasks.pretraining.masking import MaskingConfig
+from tasks.pretraining.pretraining_data import pack_documents, read_shards, sentence_pairs, write_shards
 
 CLS, SEP, MASK = 101, 102, 103
 

@@ -6,9 +6,9 @@ import pytest
 import torch
 from transformers import BertConfig, BertModel, BertTokenizerFast
 
-from tasks.errors import SourceError
-from tasks.ner import EncodedNer, NerSentence
-from tasks.probing import linear_probe, read_pos_tagged, tags_by_sentence, word_features
+from tasks.core.errors import SourceError
+from tasks.downstream.ner import EncodedNer, NerSentence
+from tasks.interpretability.probe import linear_probe, read_pos_tagged, tags_by_sentence, word_features
 
 
 def test_probe_decodes_a_layer_that_encodes_the_label_and_not_noise():

@@ -1,7 +1,7 @@
 """Report tables: HFL-style cells, MRC percentages brought to the common scale, the
 "what pretraining buys" verdict and the objective comparison, judged against the seed spread."""
 
-from tasks.report import as_fractions, comparison_section, describe_objective, finetune_section, max_avg
+from tasks.report.report import as_fractions, comparison_section, describe_objective, finetune_section, max_avg
 
 
 def result(family, headline, scores):

@@ -4,7 +4,7 @@ the stratified allocation, even repetition, and empirical shares against p_i."""
 import numpy as np
 import pytest
 
-from tasks.resampling import documents_to_draw, draw, largest_remainder, resample, sampling_probabilities
+from tasks.multilingual.resample import documents_to_draw, draw, largest_remainder, resample, sampling_probabilities
 
 N = np.array([100_000, 5_000, 300, 60])          # documents per language
 L = np.array([80.0, 20.0, 40.0, 150.0])          # mean tokens per document

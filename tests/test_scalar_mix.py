@@ -3,7 +3,7 @@
 import torch
 from transformers import BertConfig, BertModel
 
-from tasks.scalar_mix import ScalarMix, ScalarMixClassifier, ScalarMixTagger
+from tasks.interpretability.scalar_mix import ScalarMix, ScalarMixClassifier, ScalarMixTagger
 
 
 def encoder():

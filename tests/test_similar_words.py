@@ -10,10 +10,10 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from tasks.errors import SourceError
-from tasks.similar_words import (build_lexicon, lexicon_ids, load_word_vectors, nearest_neighbours,
-                                 similar_words_from_table)
-from tasks.tokenization import SPECIAL_TOKENS, load_vocab_tokenizer
+from tasks.core.errors import SourceError
+from tasks.corpus.similar_words import (build_lexicon, lexicon_ids, load_word_vectors, nearest_neighbours,
+                                        similar_words_from_table)
+from tasks.corpus.tokenize import SPECIAL_TOKENS, load_vocab_tokenizer
 from tests.conftest import DATA
 
 

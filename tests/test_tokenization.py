@@ -4,10 +4,10 @@ from collections import Counter
 
 import pytest
 
-from tasks.errors import SourceError
-from tasks.tokenization import SPECIAL_TOKENS, load_vocab_tokenizer, random_token_ids, tokenize_words, \
+from tasks.core.errors import SourceError
+from tasks.corpus.tokenize import SPECIAL_TOKENS, load_vocab_tokenizer, random_token_ids, tokenize_words, \
     train_tokenizer
-from tasks.wordpiece import train_wordpiece
+from tasks.corpus.wordpiece import train_wordpiece
 
 TEXTS = ["今天天气很好，我们去公园。", "Windows 98 和 windows 2000 都是系统。", "天气预报说明天下雨。"] * 20
 

@@ -5,9 +5,9 @@ import numpy as np
 import torch
 from transformers import BertConfig, BertForMaskedLM
 
-from tasks.tokenization import SPECIAL_TOKENS
-from tasks.vocabulary import (coverage, extension_tokens, multilingual_tokenizer, parameter_count, prune_masked_lm,
-                              resize_embeddings, used_token_ids, vocabulary)
+from tasks.corpus.tokenize import SPECIAL_TOKENS
+from tasks.multilingual.vocabulary import (coverage, extension_tokens, multilingual_tokenizer, parameter_count, prune_masked_lm,
+                                           resize_embeddings, used_token_ids, vocabulary)
 
 BASE = SPECIAL_TOKENS + list("我们今天很好的人中国") + ["##们"]
 TIBETAN = ["འགྲོ་བ་མིའི་ཁྱིམ་ཚང་", "འགྲོ་བ་མི་ཡོངས་ལ་", "ཁྱིམ་ཚང་ཁག་གི་ནང་མི་"] * 5

@@ -1,0 +1,145 @@
+"""Atomic, deterministic artifact I/O.
+
+Every artifact is written to a temporary sibling and renamed into place only when
+complete, so a killed run never leaves a half-written output for DVC to record.
+JSON is written with sorted keys and Parquet with fixed settings, so the same
+content always gives the same bytes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from tasks.core.errors import SourceError
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    elif path.exists() or path.is_symlink():
+        path.unlink()
+
+
+@contextmanager
+def atomic_outputs(*paths: str | os.PathLike) -> Iterator[list[Path]]:
+    """Yield temporary sibling paths for ``paths``; rename them into place on success.
+
+    Works for files and directories. On any exception the temporaries are
+    deleted and the previous outputs are left untouched.
+
+    Example::
+
+        with atomic_outputs("data/a.parquet", "data/stats.json") as (a, stats):
+            write_parquet(a, table)   # writes to the temporary path
+            write_json(stats, {...})
+    """
+    finals = [Path(p) for p in paths]
+    temps = [p.with_name(f".{p.name}.tmp-{os.getpid()}") for p in finals]
+    for final, temp in zip(finals, temps):
+        final.parent.mkdir(parents=True, exist_ok=True)
+        _remove(temp)
+    try:
+        yield temps
+    except BaseException:
+        for temp in temps:
+            _remove(temp)
+        raise
+    for final, temp in zip(finals, temps):
+        if not temp.exists():
+            raise RuntimeError(f"output {final} was not written")
+    for final, temp in zip(finals, temps):
+        _remove(final)
+        os.replace(temp, final)
+
+
+def to_json(obj: Any) -> str:
+    """Deterministic JSON text: sorted keys, UTF-8 kept readable, trailing newline."""
+    return json.dumps(obj, ensure_ascii=False, indent=2, sort_keys=True, allow_nan=False) + "\n"
+
+
+def write_json(path: str | os.PathLike, obj: Any) -> None:
+    """Write ``obj`` as deterministic JSON to ``path`` (directly; wrap in :func:`atomic_outputs`)."""
+    Path(path).write_text(to_json(obj), encoding="utf-8")
+
+
+def write_json_atomic(path: str | os.PathLike, obj: Any) -> None:
+    """Write ``obj`` as deterministic JSON, atomically."""
+    with atomic_outputs(path) as (tmp,):
+        write_json(tmp, obj)
+
+
+def read_json(path: str | os.PathLike) -> Any:
+    return json.loads(Path(path).read_text(encoding="utf-8"))
+
+
+def write_parquet(path: str | os.PathLike, table: pa.Table) -> None:
+    """Write ``table`` to Parquet with fixed settings (zstd, no pandas metadata).
+
+    Other schema metadata is kept: loaders store facts there that readers need
+    (e.g. the label names of :func:`tasks.downstream.glue.table_labels`).
+    """
+    meta = {k: v for k, v in (table.schema.metadata or {}).items() if k != b"pandas"}
+    table = table.replace_schema_metadata(meta or None)
+    pq.write_table(table, path, compression="zstd", use_dictionary=True, write_statistics=True)
+
+
+def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
+    """Hex SHA-256 of a file's bytes."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def sha256_tree(path: str | os.PathLike) -> str:
+    """Hex SHA-256 over a directory's relative file names and contents (or of a file)."""
+    path = Path(path)
+    if path.is_file():
+        return sha256_file(path)
+    h = hashlib.sha256()
+    for f in sorted(p for p in path.rglob("*") if p.is_file()):
+        h.update(f.relative_to(path).as_posix().encode() + b"\0" + sha256_file(f).encode())
+    return h.hexdigest()
+
+
+def write_jsonl(path: str | os.PathLike, rows: list[dict]) -> None:
+    """Write one deterministic JSON object per line (sorted keys, UTF-8 kept readable)."""
+    with open(path, "w", encoding="utf-8") as f:
+        for row in rows:
+            f.write(json.dumps(row, ensure_ascii=False, sort_keys=True, allow_nan=False) + "\n")
+
+
+def read_jsonl(path: str | os.PathLike) -> list[dict]:
+    """The objects of a file written by :func:`write_jsonl`, one per non-empty line."""
+    return [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line]
+
+
+def numbered_lines(path: Path, keep_ends: bool = False) -> Iterator[tuple[int, str]]:
+    """(1-based line number, line) of a UTF-8 file, the one text reader of every stage.
+
+    A leading byte-order mark is dropped (Windows tools write one; it is never text).
+    Line endings are stripped unless ``keep_ends`` (the ``csv`` module needs them to
+    read quoted fields that span lines).
+
+    Raises:
+        SourceError: a line is not UTF-8 (names file, line and byte offset in the line).
+    """
+    with open(path, "rb") as f:
+        for number, raw in enumerate(f, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise SourceError(f"{path}:{number}: not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
+            if number == 1:
+                line = line.removeprefix("\ufeff")
+            yield number, line if keep_ends else line.rstrip("\r\n")

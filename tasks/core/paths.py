@@ -1,0 +1,69 @@
+"""Artifact paths, relative to the project root (the same paths ``dvc.yaml`` declares).
+
+``corpora/``, ``data/`` and ``models/`` hold DVC-cached artifacts (git-ignored);
+``metrics/`` holds small JSON/CSV files that git tracks so that
+``dvc metrics diff`` and ``dvc plots diff`` work between commits.
+"""
+
+from pathlib import Path
+
+from tasks.core.errors import SourceError
+
+RAW = Path("corpora/raw")
+MANIFEST = Path("corpora/manifest.json")
+
+DOWNSTREAM = Path("data/downstream")
+EVAL_TEXTS_FILE = "eval_texts.parquet"  # in each task's folder: dev and test text to keep out of pretraining
+CORPUS = Path("data/corpus/sentences.parquet")
+SEGMENTED = Path("data/segmented/sentences.parquet")
+TOKENS = Path("data/tokens/sentences.parquet")
+TOKENIZER = Path("models/tokenizer")
+LEXICON = Path("data/similar_words/lexicon.parquet")
+PRETRAINING = Path("data/pretraining")
+MULTILINGUAL = Path("data/multilingual/documents.parquet")
+MULTILINGUAL_TOKENIZER = Path("models/tokenizer_multilingual")
+MIXTURES = Path("data/mixtures")          # resample@<mixture>: <mixture>.parquet
+CONTINUED = Path("models/continued")      # continue_pretrain@<mixture>: <mixture>/
+PRUNED = Path("models/pruned")
+MODELS = Path("models")
+PREDICTIONS = Path("results/finetune")
+ATTRIBUTIONS = Path("results/attributions")  # attributions@<model>: <model>/attributions.html
+
+METRICS = Path("metrics")
+CHECKPOINTS = Path("checkpoints")
+REPORTS = Path("reports")
+
+
+def downstream_split(task: str, split: str) -> Path:
+    return DOWNSTREAM / task / f"{split}.parquet"
+
+
+def finetune_name(model: str, task: str) -> str:
+    """The DVC matrix item of a fine-tuning run (``finetune@<model>-<task>``)."""
+    return f"{model}-{task}"
+
+
+def stage_metrics(stage: str, name: str | None = None, suffix: str = ".json") -> Path:
+    """``metrics/<stage>.json`` or, for a per-item stage, ``metrics/<stage>/<name>.json``."""
+    return METRICS / (f"{stage}{suffix}" if name is None else f"{stage}/{name}{suffix}")
+
+
+def source_file(raw_dir: Path, source: str, file: str | None = None) -> Path:
+    """Path of an acquired file; ``file`` may be omitted when the source has one file.
+
+    Raises:
+        SourceError: the source was not acquired or the file is ambiguous/missing.
+    """
+    folder = Path(raw_dir) / source
+    if not folder.is_dir():
+        raise SourceError(f"source {source!r}: not found under {raw_dir} (run the acquire stage, "
+                          f"or see 'missing' in {Path(raw_dir).parent / 'manifest.json'})")
+    if file is None:
+        files = sorted(p for p in folder.iterdir() if p.is_file())
+        if len(files) != 1:
+            raise SourceError(f"source {source!r} has {len(files)} files; name one with 'file:'")
+        return files[0]
+    path = folder / file
+    if not path.is_file():
+        raise SourceError(f"source {source!r}: file {file!r} is missing from {folder}")
+    return path

@@ -1,0 +1,1 @@
+"""Corpus stages: acquire sources, ingest and dedupe, jieba segmentation, tokenizer, similar words (Mac)."""

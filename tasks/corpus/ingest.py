@@ -1,0 +1,241 @@
+"""Ingest: read raw corpus files into documents of normalised sentences.
+
+Output (``data/corpus/sentences.parquet``), one row per sentence, in corpus order:
+
+========  ========  ==================================================
+column    type      meaning
+========  ========  ==================================================
+doc_id    string    ``<source>-<n>``: the document the sentence is from
+sent_id   int32     position of the sentence in its document (0-based)
+lang      string    ISO 639 code of the input (params ``corpus.inputs[].lang``)
+source    string    the source name in params
+text      string    the normalised sentence (:func:`tasks.core.text.normalise`)
+========  ========  ==================================================
+
+Documents that are empty after normalisation or exact duplicates of an earlier
+document are dropped; so is every sentence that also occurs in a downstream
+evaluation split (to keep evaluation text out of pretraining), and every
+sentence shorter than ``corpus.min_sentence_chars``. All drops are counted in
+the stats.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Iterator
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from tasks.core.errors import SourceError
+from tasks.core.io import numbered_lines
+from tasks.core.stage import stage_task
+from tasks.core.text import join_words, normalise, split_sentences
+
+SCHEMA = pa.schema([("doc_id", pa.string()), ("sent_id", pa.int32()), ("lang", pa.string()),
+                    ("source", pa.string()), ("text", pa.string())])
+
+_SUFFIX_FORMATS = {".txt": "txt", ".jsonl": "jsonl", ".json": "jsonl", ".csv": "csv", ".parquet": "parquet"}
+_SENTENCE_FINAL = tuple("。！？!?”」』…：；")
+_TRAILING_PARENTHETICAL = re.compile(r"[（(][^（）()]*[）)]$")
+
+
+def read_peoples_daily(path: Path) -> Iterator[list[str]]:
+    """Documents (lists of paragraphs) of the People's Daily 1998 corpus.
+
+    Each line is a paragraph of ``word/POS`` tokens (``中共中央/nt  总书记/n``); the
+    tags are stripped and the words joined (:func:`tasks.core.text.join_words`). The
+    file carries no article ids, so an article is recovered from layout: a new
+    one starts at a headline, i.e. a line that does not end in sentence-final
+    punctuation, following a line that does. A trailing parenthetical (photo
+    credit, "（附图片１张）") is ignored in that test, and a line wholly in
+    parentheses (a date line) neither starts nor ends an article.
+
+    Raises:
+        SourceError: a token lacks its ``/POS`` tag (names file and line).
+    """
+    doc: list[str] = []
+    prev_terminated = True
+    for number, line in numbered_lines(path):
+        tokens = line.split()
+        if not tokens:
+            continue
+        words = []
+        for tok in tokens:
+            word, sep, tag = tok.rpartition("/")
+            if not sep or not word or not tag:
+                raise SourceError(f"{path}:{number}: token {tok!r} is not in word/POS format")
+            words.append(word)
+        text = join_words(words)
+        doc.append(text)
+        body = _TRAILING_PARENTHETICAL.sub("", text)
+        if not body:
+            continue
+        terminated = body.endswith(_SENTENCE_FINAL)
+        if not terminated and prev_terminated and len(doc) > 1:
+            yield doc[:-1]
+            doc = doc[-1:]
+        prev_terminated = terminated
+    if doc:
+        yield doc
+
+
+def _read_txt(path: Path, _field: str) -> Iterator[list[str]]:
+    for _, line in numbered_lines(path):
+        if line.strip():
+            yield [line]
+
+
+def _read_jsonl(path: Path, text_field: str) -> Iterator[list[str]]:
+    for number, line in numbered_lines(path):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise SourceError(f"{path}:{number}: invalid JSON ({exc.msg})") from None
+        if not isinstance(record, dict) or not isinstance(record.get(text_field), str):
+            raise SourceError(f"{path}:{number}: record has no string field {text_field!r}")
+        yield [record[text_field]]
+
+
+def _read_csv(path: Path, text_field: str) -> Iterator[list[str]]:
+    text = "\n".join(line for _, line in numbered_lines(path))
+    reader = csv.DictReader(io.StringIO(text))
+    if reader.fieldnames is None or text_field not in reader.fieldnames:
+        raise SourceError(f"{path}:1: CSV header has no column {text_field!r} (columns: {reader.fieldnames})")
+    for row in reader:
+        if row[text_field] is None:
+            raise SourceError(f"{path}:{reader.line_num}: row has fewer columns than the header")
+        yield [row[text_field]]
+
+
+def _read_parquet(path: Path, text_field: str) -> Iterator[list[str]]:
+    try:
+        column = pq.read_table(path, columns=[text_field]).column(text_field)
+    except (pa.ArrowInvalid, KeyError, OSError) as exc:
+        raise SourceError(f"{path}: cannot read column {text_field!r} from Parquet ({exc})") from None
+    for i, value in enumerate(column.to_pylist()):
+        if value is not None and not isinstance(value, str):
+            raise SourceError(f"{path}: row {i}: column {text_field!r} is not a string")
+        if value:
+            yield [value]
+
+
+READERS = {"peoples_daily": lambda p, _f: read_peoples_daily(p), "txt": _read_txt, "jsonl": _read_jsonl,
+           "csv": _read_csv, "parquet": _read_parquet}
+
+
+def read_documents(path: Path, fmt: str, text_field: str = "text") -> Iterator[list[str]]:
+    """Documents (lists of paragraphs) of one corpus file.
+
+    ``fmt``: ``peoples_daily``; ``txt`` (one document a line); ``jsonl``, ``csv``,
+    ``parquet`` (one document a record, text in ``text_field``); ``auto`` picks by
+    file suffix.
+
+    Raises:
+        SourceError: unknown format or malformed content (names file and line/row).
+    """
+    if fmt == "auto":
+        fmt = _SUFFIX_FORMATS.get(path.suffix.lower(), "")
+        if not fmt:
+            raise SourceError(f"{path}: cannot tell the format from the suffix; set 'format' in corpus.inputs")
+    return READERS[fmt](path, text_field)
+
+
+@dataclass
+class IngestStats:
+    """Counts per language, plus what was dropped and why."""
+
+    documents: dict[str, int] = field(default_factory=dict)
+    sentences: dict[str, int] = field(default_factory=dict)
+    characters: dict[str, int] = field(default_factory=dict)
+    dropped_empty_documents: int = 0
+    dropped_duplicate_documents: int = 0
+    dropped_eval_sentences: int = 0
+    dropped_short_sentences: int = 0
+
+    def to_dict(self) -> dict:
+        langs = sorted(self.documents)
+        return {
+            "languages": {lang: {"documents": self.documents[lang], "sentences": self.sentences[lang],
+                                 "characters": self.characters[lang]} for lang in langs},
+            "dropped": {"empty_documents": self.dropped_empty_documents,
+                        "duplicate_documents": self.dropped_duplicate_documents,
+                        "eval_overlap_sentences": self.dropped_eval_sentences,
+                        "short_sentences": self.dropped_short_sentences},
+        }
+
+
+def build_corpus(inputs: Iterable[tuple[str, str, Iterable[list[str]]]], eval_sentences: set[str],
+                 min_sentence_chars: int) -> tuple[pa.Table, IngestStats]:
+    """Normalise, split, deduplicate and filter documents into a sentence table.
+
+    Args:
+        inputs: ``(source, lang, documents)`` triples; a document is a list of paragraphs.
+        eval_sentences: normalised sentences of downstream evaluation splits, to remove.
+        min_sentence_chars: shorter sentences are dropped.
+
+    Returns:
+        The sentence table (:data:`SCHEMA`) and the stats.
+
+    Raises:
+        SourceError: no sentence is left (empty corpus).
+    """
+    stats = IngestStats()
+    seen_docs: set[str] = set()
+    cols: dict[str, list] = {name: [] for name in SCHEMA.names}
+    sources = []
+    for source, lang, documents in inputs:
+        sources.append(source)
+        for counter in (stats.documents, stats.sentences, stats.characters):
+            counter.setdefault(lang, 0)
+        n_doc = 0
+        for paragraphs in documents:
+            sentences = [s for p in paragraphs for s in split_sentences(normalise(p))]
+            if not sentences:
+                stats.dropped_empty_documents += 1
+                continue
+            key = "\n".join(sentences)
+            if key in seen_docs:
+                stats.dropped_duplicate_documents += 1
+                continue
+            seen_docs.add(key)
+            kept = []
+            for s in sentences:
+                if s in eval_sentences:
+                    stats.dropped_eval_sentences += 1
+                elif len(s) < min_sentence_chars:
+                    stats.dropped_short_sentences += 1
+                else:
+                    kept.append(s)
+            if not kept:
+                stats.dropped_empty_documents += 1
+                continue
+            doc_id = f"{source}-{n_doc:06d}"
+            n_doc += 1
+            for i, s in enumerate(kept):
+                cols["doc_id"].append(doc_id)
+                cols["sent_id"].append(i)
+                cols["lang"].append(lang)
+                cols["source"].append(source)
+                cols["text"].append(s)
+            stats.documents[lang] += 1
+            stats.sentences[lang] += len(kept)
+            stats.characters[lang] += sum(map(len, kept))
+    if not cols["text"]:
+        raise SourceError(f"empty corpus: no sentence left after ingesting source(s) {', '.join(sources)}")
+    return pa.Table.from_pydict(cols, schema=SCHEMA), stats
+
+
+@stage_task
+def load_eval_sentences(folder: Path, file_name: str) -> set[str]:
+    """Normalised sentences of the evaluation text of every prepared downstream task
+    (``<folder>/<task>/<file_name>``)."""
+    texts = [t for path in sorted(Path(folder).glob(f"*/{file_name}"))
+             for t in pq.read_table(path, columns=["text"]).column("text").to_pylist()]
+    return {s for t in texts for s in split_sentences(normalise(t))}

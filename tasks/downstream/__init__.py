@@ -1,0 +1,1 @@
+"""Downstream tasks: readers, families (classification, CMRC-style MRC, NER), the CMRC metric, fine-tuning."""

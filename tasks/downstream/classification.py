@@ -1,0 +1,243 @@
+"""Sequence classification: data preparation, encoding, the mean-pooling head and metrics.
+
+Prepared splits share one schema (``data/downstream/<task>/{train,dev,test}.parquet``):
+``id`` (string), ``text_a`` (string), ``text_b`` (string, null for
+single-sentence tasks) and ``label``: an int64 class index (:data:`SPLIT_SCHEMA`)
+or, for regression tasks such as STS-B, a float64 score
+(:data:`REGRESSION_SPLIT_SCHEMA`). :class:`EncodedClassification` batches the
+first as ``torch.int64`` labels and the second as ``torch.float32`` labels, which is
+what a Hugging Face ``*ForSequenceClassification`` head with ``num_labels=1``
+needs for its MSE regression loss.
+
+:func:`score` is the one implementation of the classification and regression
+metrics (:func:`classification_metrics` is a fixed selection of it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import torch
+from scipy.stats import pearsonr, spearmanr
+from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
+from transformers import AutoModel, PreTrainedTokenizerBase
+from transformers.modeling_outputs import SequenceClassifierOutput
+
+from tasks.core.errors import SourceError
+from tasks.core.io import numbered_lines
+from tasks.core.text import normalise
+from tasks.training.batching import pad_batch, ragged
+
+SPLIT_SCHEMA = pa.schema([("id", pa.string()), ("text_a", pa.string()), ("text_b", pa.string()),
+                          ("label", pa.int64())])
+REGRESSION_SPLIT_SCHEMA = SPLIT_SCHEMA.set(3, pa.field("label", pa.float64()))
+
+
+def split_schema(regression: bool = False) -> pa.Schema:
+    """:data:`REGRESSION_SPLIT_SCHEMA` for regression tasks, else :data:`SPLIT_SCHEMA`."""
+    return REGRESSION_SPLIT_SCHEMA if regression else SPLIT_SCHEMA
+
+
+def read_polarity_lines(files: dict[int, Path]) -> list[tuple[str, int, str]]:
+    """``(normalised text, label, origin)`` for every non-empty line of one-text-a-line files.
+
+    Args:
+        files: label -> file (e.g. ``{1: pos.txt, 0: neg.txt}``).
+    Raises:
+        SourceError: a file is not UTF-8 (names file and line).
+    """
+    out = []
+    for label, path in sorted(files.items()):
+        for number, line in numbered_lines(path):
+            text = normalise(line)
+            if text:
+                out.append((text, label, f"{path.name}:{number}"))
+    return out
+
+
+def deduplicate(records: list[tuple[str, int, str]]) -> tuple[list[tuple[str, int]], dict]:
+    """Collapse exact-duplicate texts; drop texts that occur with different labels.
+
+    Returns:
+        ``(examples, stats)``: unique ``(text, label)`` pairs sorted by text (so the
+        result does not depend on file order), and counts of what was dropped.
+    """
+    labels: dict[str, set[int]] = {}
+    for text, label, _ in records:
+        labels.setdefault(text, set()).add(label)
+    conflicts = sorted(t for t, ls in labels.items() if len(ls) > 1)
+    examples = sorted((t, next(iter(ls))) for t, ls in labels.items() if len(ls) == 1)
+    return examples, {"lines": len(records), "unique_texts": len(labels),
+                      "duplicate_lines": len(records) - len(labels),
+                      "conflicting_texts_dropped": len(conflicts), "examples": len(examples)}
+
+
+def split_examples(examples: list, dev_fraction: float, test_fraction: float, seed: int) -> dict[str, list]:
+    """Seeded shuffle, then cut into ``train``/``dev``/``test`` of the given fractions.
+
+    Raises:
+        SourceError: a split would be empty.
+    """
+    order = np.random.default_rng(seed).permutation(len(examples))
+    n_dev, n_test = round(len(examples) * dev_fraction), round(len(examples) * test_fraction)
+    parts = {"dev": order[:n_dev], "test": order[n_dev:n_dev + n_test], "train": order[n_dev + n_test:]}
+    if any(len(p) == 0 for p in parts.values()):
+        raise SourceError(f"{len(examples)} examples are too few for a train/dev/test split")
+    return {name: [examples[i] for i in sorted(idx)] for name, idx in parts.items()}
+
+
+def split_table(task: str, rows: list[tuple[str, int]]) -> pa.Table:
+    """A single-sentence split as a :data:`SPLIT_SCHEMA` table (ids ``<task>-<n>``)."""
+    return pa.table({"id": [f"{task}-{i:06d}" for i in range(len(rows))], "text_a": [t for t, _ in rows],
+                     "text_b": pa.nulls(len(rows), pa.string()), "label": [label for _, label in rows]},
+                    schema=SPLIT_SCHEMA)
+
+
+@dataclass
+class EncodedClassification:
+    """Tokenized classification examples, batched for a ``*ForSequenceClassification`` head.
+
+    ``labels`` is ``int64`` for classification and ``float32`` for regression (a
+    floating-point ``label`` column); batches carry them as ``torch.int64`` or
+    ``torch.float32`` of shape ``[B]``.
+    """
+
+    ids: np.ndarray
+    offsets: np.ndarray
+    type_ids: np.ndarray
+    labels: np.ndarray
+
+    @classmethod
+    def encode(cls, table: pa.Table, tokenizer: PreTrainedTokenizerBase, max_length: int) -> "EncodedClassification":
+        """Tokenize ``text_a`` (and ``text_b`` when present) with truncation to ``max_length``."""
+        a = table.column("text_a").to_pylist()
+        b = table.column("text_b").to_pylist()
+        pairs = any(x is not None for x in b)
+        enc = tokenizer(a, b if pairs else None, truncation=True, max_length=max_length,
+                        return_attention_mask=False)
+        ids, offsets = ragged(pa.array(enc["input_ids"], pa.list_(pa.int32())))
+        type_ids, _ = ragged(pa.array(enc["token_type_ids"], pa.list_(pa.int8())))
+        label = table.column("label")
+        labels = np.asarray(label.to_numpy())
+        labels = labels.astype(np.float32 if pa.types.is_floating(label.type) else np.int64)
+        return cls(ids, offsets, type_ids, labels)
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    @property
+    def lengths(self) -> np.ndarray:
+        return np.diff(self.offsets)
+
+    @property
+    def regression(self) -> bool:
+        """Whether the labels are real-valued scores (a ``num_labels=1`` head)."""
+        return bool(np.issubdtype(self.labels.dtype, np.floating))
+
+    def batch(self, index: np.ndarray) -> dict[str, torch.Tensor]:
+        ids, valid = pad_batch(self.ids, self.offsets, index)
+        types, _ = pad_batch(self.type_ids, self.offsets, index)
+        return {"input_ids": torch.from_numpy(ids.astype(np.int64)),
+                "token_type_ids": torch.from_numpy(types.astype(np.int64)),
+                "attention_mask": torch.from_numpy(valid.astype(np.int64)),
+                "labels": torch.from_numpy(self.labels[index].astype(
+                    np.float32 if self.regression else np.int64))}
+
+
+class MeanPoolClassifier(torch.nn.Module):
+    """A classification (or regression) head on the mean of the encoder's last hidden
+    states over the non-padding tokens.
+
+    Why not BERT's head on [CLS]: MLM-only pretraining (no NSP) never trains the
+    [CLS] state nor the pooler, so a small model fine-tuned for a few hundred steps
+    starts from an uninformative sentence vector; the mean of the token states is
+    informative from the first step (mean pooling: Reimers and Gurevych 2019,
+    Sentence-BERT, §3 and Table 6). ``finetune.pooling: cls`` selects the Hugging
+    Face ``*ForSequenceClassification`` head instead.
+
+    ``forward(input_ids, attention_mask, token_type_ids=None, labels=None)`` takes
+    ``[B, L]`` tensors and ``labels [B]`` (``int64`` classes, or ``float32`` scores
+    when ``num_labels == 1``) and returns a ``SequenceClassifierOutput`` with
+    ``logits [B, num_labels]`` and, given labels, the cross-entropy (MSE for
+    regression) loss, as the Hugging Face head does.
+    """
+
+    def __init__(self, encoder: torch.nn.Module, num_labels: int, dropout: float):
+        super().__init__()
+        self.encoder = encoder
+        self.dropout = torch.nn.Dropout(dropout)
+        self.classifier = torch.nn.Linear(encoder.config.hidden_size, num_labels)
+        self.num_labels = num_labels
+
+    @classmethod
+    def from_pretrained(cls, path, num_labels: int, dropout: float) -> "MeanPoolClassifier":
+        encoder = AutoModel.from_pretrained(path, hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout)
+        return cls(encoder, num_labels, dropout)
+
+    def forward(self, input_ids, attention_mask, token_type_ids=None, labels=None) -> SequenceClassifierOutput:
+        hidden = self.encoder(input_ids=input_ids, attention_mask=attention_mask,
+                              token_type_ids=token_type_ids).last_hidden_state
+        mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
+        pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1)
+        logits = self.classifier(self.dropout(pooled))
+        loss = None
+        if labels is not None:
+            loss = (torch.nn.functional.mse_loss(logits.squeeze(-1).float(), labels.float()) if self.num_labels == 1
+                    else torch.nn.functional.cross_entropy(logits.float(), labels))
+        return SequenceClassifierOutput(loss=loss, logits=logits)
+
+
+def _pearson(labels: np.ndarray, predictions: np.ndarray) -> float:
+    return pearsonr(labels.astype(np.float64), predictions.astype(np.float64)).statistic
+
+
+def _spearman(labels: np.ndarray, predictions: np.ndarray) -> float:
+    return spearmanr(labels, predictions).statistic
+
+
+# name -> f(labels, predictions). F1 scores count an undefined precision or recall
+# (no predictions / no examples of a class) as 0, without a warning.
+METRICS = {
+    "accuracy": accuracy_score,
+    "f1": lambda y, p: f1_score(y, p, average="binary", pos_label=1, zero_division=0),
+    "macro_f1": lambda y, p: f1_score(y, p, average="macro", zero_division=0),
+    "matthews": matthews_corrcoef,
+    "pearson": _pearson,
+    "spearman": _spearman,
+}
+
+
+def score(metric_names: list[str], labels, predictions) -> dict[str, float]:
+    """The named metrics of ``predictions`` against gold ``labels`` (scikit-learn, SciPy).
+
+    * ``accuracy``: fraction of exact matches;
+    * ``f1``: binary F1 of the positive class ``1`` (MRPC, QQP; Wang et al. 2019);
+    * ``macro_f1``: unweighted mean of per-class F1 over the classes present in
+      ``labels`` or ``predictions``;
+    * ``matthews``: Matthews correlation coefficient (CoLA);
+    * ``pearson``, ``spearman``: correlation of real-valued scores (STS-B); NaN when
+      either side is constant.
+
+    Args:
+        metric_names: names from :data:`METRICS`; the result keeps their order.
+        labels: gold class indices (or scores), shape ``[N]``.
+        predictions: predicted class indices (or scores), shape ``[N]``.
+    Raises:
+        ValueError: an unknown metric name, or empty or mismatched inputs.
+    """
+    unknown = [m for m in metric_names if m not in METRICS]
+    if unknown:
+        raise ValueError(f"unknown metric(s) {', '.join(unknown)}; known: {', '.join(METRICS)}")
+    labels, predictions = np.asarray(labels), np.asarray(predictions)
+    if labels.shape != predictions.shape or labels.ndim != 1 or len(labels) == 0:
+        raise ValueError(f"labels {labels.shape} and predictions {predictions.shape} must be equal, "
+                         "non-empty and one-dimensional")
+    return {name: float(METRICS[name](labels, predictions)) for name in metric_names}
+
+
+def classification_metrics(labels: np.ndarray, predictions: np.ndarray) -> dict[str, float]:
+    """Accuracy and macro-averaged F1: ``score(["accuracy", "macro_f1"], ...)``."""
+    return score(["accuracy", "macro_f1"], labels, predictions)

@@ -1,0 +1,113 @@
+"""The one fine-tuning loop, shared by every downstream task family.
+
+A task supplies a dataset object with ``__len__`` and ``batch(index) -> dict of
+tensors`` whose keys are the keyword arguments of a Hugging Face task head
+(``input_ids``, ``attention_mask``, ``token_type_ids``, ``labels``, ...); the
+head computes its own loss. Everything else (optimiser, schedule, clipping,
+seeding, mixed precision, device) is here, once.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable, Protocol
+
+import numpy as np
+import torch
+
+from tasks.training.batching import BatchSchedule
+from tasks.training.device import autocast
+from tasks.training.optim import learning_rate, optimizer_for
+
+
+class Batches(Protocol):
+    lengths: np.ndarray  # [N] tokens per example
+
+    def __len__(self) -> int: ...
+
+    def batch(self, index: np.ndarray) -> dict[str, torch.Tensor]: ...
+
+
+def fit(model: torch.nn.Module, data: Batches, *, epochs: float, batch_size: int, lr: float, warmup_fraction: float,
+        weight_decay: float, max_grad_norm: float, seed: int, device: torch.device,
+        log: Callable[[str], None] = print) -> dict:
+    """Fine-tune ``model`` on ``data`` for ``epochs`` passes (fractional allowed).
+
+    Batches come from :class:`tasks.training.batching.BatchSchedule` (seeded, length-grouped).
+    AdamW, linear warm-up then linear decay to 0, gradient-norm clipping.
+
+    Returns:
+        ``steps``, ``examples``, ``train_loss`` (mean over the last 10% of steps),
+        ``wall_sec`` and ``examples_per_sec``.
+    """
+    torch.manual_seed(seed)
+    model.to(device).train()
+    schedule = BatchSchedule(data.lengths, batch_size, seed)
+    total = max(1, round(epochs * schedule.per_epoch))
+    opt = optimizer_for(model, lr, weight_decay)
+    losses: list[float] = []
+    t0 = time.perf_counter()
+    examples = 0
+    for step in range(total):
+        index = schedule(step)
+        for group in opt.param_groups:
+            group["lr"] = learning_rate(step, total, lr, warmup_fraction)
+        batch = {key: v.to(device, non_blocking=True) for key, v in data.batch(index).items()}
+        with autocast(device):
+            loss = model(**batch).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        losses.append(loss.item())
+        examples += len(index)
+        if (step + 1) % max(1, total // 5) == 0:
+            log(f"step {step + 1}/{total} loss {np.mean(losses[-max(1, total // 10):]):.4f}")
+    wall = time.perf_counter() - t0
+    return {"steps": total, "examples": examples, "train_loss": float(np.mean(losses[-max(1, total // 10):])),
+            "wall_sec": round(wall, 2), "examples_per_sec": round(examples / wall, 1)}
+
+
+def fit_seed(family, model_dir, labels, data: Batches, training, seed: int, device: torch.device,
+             log: Callable[[str], None] = print) -> tuple[torch.nn.Module, dict]:
+    """One fine-tuning run as ``finetune@<model>-<task>`` does it for ``seed``: the head of
+    ``family`` (a :class:`tasks.downstream.downstream.Family`) initialised under ``seed`` on the encoder in
+    ``model_dir``, then :func:`fit` with the task's ``training`` knobs. The analyses (attention
+    zones, attributions) use it to rebuild exactly the model whose scores ``finetune`` reports.
+
+    Returns:
+        the fine-tuned model (in eval mode) and :func:`fit`'s summary.
+    """
+    torch.manual_seed(seed)
+    model = family.model(model_dir, labels, training)
+    train = fit(model, data, epochs=training.epochs, batch_size=training.batch_size, lr=training.learning_rate,
+                warmup_fraction=training.warmup_fraction, weight_decay=training.weight_decay,
+                max_grad_norm=training.max_grad_norm, seed=seed, device=device, log=log)
+    return model.eval(), train
+
+
+@torch.no_grad()
+def predict(model: torch.nn.Module, data: Batches, *, batch_size: int, device: torch.device,
+            outputs: tuple[str, ...] = ("logits",)) -> dict[str, list[np.ndarray]]:
+    """Run ``model`` over ``data`` in order; return the named outputs, one array per batch.
+
+    Labels are not passed to the model, so heads return raw outputs only.
+    """
+    model.to(device).eval()
+    result: dict[str, list[np.ndarray]] = {name: [] for name in outputs}
+    for start in range(0, len(data), batch_size):
+        index = np.arange(start, min(start + batch_size, len(data)))
+        batch = {k: v.to(device) for k, v in data.batch(index).items() if not k.endswith("labels")
+                 and k not in ("start_positions", "end_positions")}
+        with autocast(device):
+            out = model(**batch)
+        for name in outputs:
+            result[name].append(out[name].float().cpu().numpy())
+    return result
+
+
+def summarize(values: list[float]) -> dict[str, float]:
+    """``mean``, ``std`` (sample, ddof=1; 0 for one run), ``max``, ``min`` and ``n`` of per-seed scores."""
+    arr = np.asarray(values, dtype=np.float64)
+    return {"mean": float(arr.mean()), "std": float(arr.std(ddof=1)) if len(arr) > 1 else 0.0,
+            "max": float(arr.max()), "min": float(arr.min()), "n": int(len(arr))}

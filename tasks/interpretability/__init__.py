@@ -1,0 +1,1 @@
+"""Analyses of trained models: attention-zone ablation, layer probes, scalar mix, Integrated Gradients."""

@@ -1,0 +1,92 @@
+"""Run a command against one local Prefect server.
+
+Without ``PREFECT_API_URL`` every Prefect process starts a temporary server of
+its own (10-20 s on 2 cores), which a ``dvc repro`` of a dozen stages pays a
+dozen times, and whose run history is thrown away. ``python -m
+tasks.orchestration.prefect_server CMD...`` starts ``prefect server start`` once on a free
+local port, runs ``CMD`` with ``PREFECT_API_URL`` pointing at it, and stops the
+server afterwards. Runs are stored in ``$PREFECT_HOME`` (default ``~/.prefect``),
+so ``prefect server start`` later shows them in the UI. When
+``PREFECT_API_URL`` is already set, ``CMD`` simply runs against that server.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from contextlib import contextmanager
+from typing import Iterator
+
+import tasks  # noqa: F401  (offline defaults for the server process too)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _healthy(api_url: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{api_url}/health", timeout=2) as response:
+            return response.status == 200
+    except OSError:
+        return False
+
+
+@contextmanager
+def prefect_server(timeout: float = 120.0) -> Iterator[str]:
+    """Yield the API URL of a running Prefect server: ``$PREFECT_API_URL`` if set,
+    else a local server started here and stopped on exit.
+
+    Raises:
+        RuntimeError: the server did not answer within ``timeout`` seconds.
+    """
+    if os.environ.get("PREFECT_API_URL"):
+        yield os.environ["PREFECT_API_URL"]
+        return
+    port = _free_port()
+    api_url = f"http://127.0.0.1:{port}/api"
+    log = open(os.devnull, "w")
+    server = subprocess.Popen([sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1",
+                               "--port", str(port)], stdout=log, stderr=log)
+    try:
+        deadline = time.monotonic() + timeout
+        while not _healthy(api_url):
+            if server.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the Prefect server on port {port} did not start within {timeout:.0f} s")
+            time.sleep(0.5)
+        yield api_url
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+        log.close()
+
+
+def main(argv: list[str]) -> int:
+    if not argv:
+        print("usage: python -m tasks.orchestration.prefect_server COMMAND [ARGS...]", file=sys.stderr)
+        return 2
+    # A terminated wrapper must still stop its server (the `finally` above), not orphan it.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    with prefect_server() as api_url:
+        print(f"Prefect API: {api_url}", file=sys.stderr)
+        child = subprocess.Popen(argv, env={**os.environ, "PREFECT_API_URL": api_url})
+        try:
+            return child.wait()
+        finally:
+            if child.poll() is None:  # we were terminated: stop the command too
+                child.terminate()
+                child.wait()
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,404 @@
+"""Token-level pretraining corruption: which tokens to choose and what to put there.
+
+Selection schemes (``MaskingConfig.scheme``):
+
+* ``mlm``: single tokens (BERT, Devlin et al. 2019, §3.1; Google's
+  ``create_pretraining_data.py``, ``create_masked_lm_predictions``);
+* ``wwm``: whole words (whole word masking as released by Google 2019-05-31,
+  applied to Chinese with a word segmenter in Chinese BERT-wwm, Cui et al. 2021,
+  IEEE/ACM TASLP, §3.1);
+* ``ngram``: N-gram masking over whole words, spans of 1..4 words drawn with
+  probabilities 40/30/20/10% (MacBERT, Cui et al. 2020, Findings of EMNLP, §3.2;
+  PERT, Cui et al. 2022, arXiv:2203.06906, §3.2); the span sampling follows
+  ALBERT's reference ``create_pretraining_data.py`` (Lan et al. 2020, §4.1).
+
+Replacements (``MaskingConfig`` shares, ``keep`` is the rest):
+
+* ``mask``/``random``/``keep``: BERT's 80/10/10 (and the MacBERT ablations of
+  Table 8: *all mask* 90/0/10, *random replace* 0/90/10, *partial mask* 80/10/10);
+* ``similar``: Mac, MLM as correction (MacBERT §3.2): a chosen word becomes a
+  similar word (:class:`SimilarWords`), never [MASK];
+* ``permute``: PerLM (PERT §3.2): the chosen tokens are shuffled among
+  themselves and the labels are positions, not token ids.
+
+Every function works on whole batches at once (NumPy, no per-example Python
+loop), takes an explicit :class:`numpy.random.Generator`, and is called both when
+static pretraining data is written and at batch time (dynamic masking, RoBERTa,
+Liu et al. 2019, §4.1), so the two paths cannot drift apart.
+
+Conventions for a batch of ``N`` packed sequences of length ``L``:
+
+* ``input_ids``: ``int32 [N, L]`` token ids, padding included.
+* ``word_ids``: ``int32 [N, L]``, the index of the word each token belongs to,
+  dense and non-decreasing within a row; ``-1`` for tokens that must never be
+  chosen ([CLS], [SEP], [PAD]).
+* ``lex_ids``: ``int32 [N, L]``, the :class:`SimilarWords` entry of each token's
+  word, ``-1`` when the word has none (only Mac needs it).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from tasks.corpus.similar_words import SimilarWords
+
+MASKING_SCHEMES = ("mlm", "wwm", "ngram")
+IGNORE = -100  # label of positions that are not predicted (PyTorch's cross-entropy default)
+
+
+@dataclass(frozen=True)
+class MaskingConfig:
+    """What to choose and how to corrupt it.
+
+    Attributes:
+        scheme: ``"mlm"`` (single tokens), ``"wwm"`` (whole words) or ``"ngram"``
+            (spans of whole words).
+        masked_lm_prob: share of the maskable tokens of a sequence to choose (0.15).
+        max_predictions: cap on chosen tokens per sequence (BERT: 20 for length 128).
+        mask, random, similar, permute: shares of the chosen units that become
+            [MASK], a random token, a similar word, or take part in the PerLM
+            permutation; the rest (``keep``) stay as they are.
+        ngram_probs: probability of a span of 1, 2, ... words (``ngram`` only).
+
+    Raises:
+        ValueError: an unknown scheme, shares outside [0, 1] or summing above 1,
+            ``permute`` mixed with a token replacement (the labels would be
+            positions for some tokens and ids for others), ``similar`` with
+            single-token units, or N-gram probabilities that do not sum to 1.
+    """
+
+    scheme: str = "mlm"
+    masked_lm_prob: float = 0.15
+    max_predictions: int = 20
+    mask: float = 0.8
+    random: float = 0.1
+    similar: float = 0.0
+    permute: float = 0.0
+    ngram_probs: tuple[float, ...] = (0.4, 0.3, 0.2, 0.1)
+
+    def __post_init__(self) -> None:
+        if self.scheme not in MASKING_SCHEMES:
+            raise ValueError(f"unknown masking scheme {self.scheme!r}; known: {', '.join(MASKING_SCHEMES)}")
+        shares = (self.mask, self.random, self.similar, self.permute)
+        if min(shares) < 0 or sum(shares) > 1 + 1e-9:
+            raise ValueError("mask, random, similar and permute must be probabilities summing to at most 1")
+        if self.permute and (self.mask or self.random or self.similar):
+            raise ValueError("permute (PerLM) cannot be combined with mask, random or similar: "
+                             "PerLM predicts positions, the others predict tokens")
+        if self.similar and self.scheme == "mlm":
+            raise ValueError("similar-word replacement (Mac) needs word units: use scheme wwm or ngram")
+        if not self.ngram_probs or min(self.ngram_probs) < 0 or not math.isclose(sum(self.ngram_probs), 1.0,
+                                                                                 abs_tol=1e-6):
+            raise ValueError(f"ngram_probs must be non-negative and sum to 1, got {list(self.ngram_probs)}")
+
+    @property
+    def predicts_positions(self) -> bool:
+        """PerLM: labels are input positions (a classifier over positions), not vocabulary ids."""
+        return self.permute > 0
+
+
+def prediction_budget(n_maskable: np.ndarray, masked_lm_prob: float, max_predictions: int) -> np.ndarray:
+    """Tokens to choose per sequence: ``min(max_predictions, max(1, round(n * p)))``, 0 if ``n == 0``.
+
+    As in BERT's ``create_masked_lm_predictions``, except that ``n`` counts only
+    maskable tokens (not [CLS]/[SEP]), so the rate is exactly ``p`` of the tokens
+    that can be chosen. Rounds half to even, like Python's ``round``.
+
+    Args:
+        n_maskable: ``int [N]`` maskable tokens per sequence.
+    Returns:
+        ``int64 [N]``.
+    """
+    n = np.asarray(n_maskable, dtype=np.int64)
+    budget = np.clip(np.rint(n * masked_lm_prob).astype(np.int64), 1, max_predictions)
+    return np.where(n > 0, np.minimum(budget, n), 0)
+
+
+def _unit_lengths(unit_ids: np.ndarray) -> np.ndarray:
+    """``int64 [N, U]`` tokens per unit (0 for absent units)."""
+    n_rows = unit_ids.shape[0]
+    n_units = int(unit_ids.max(initial=-1)) + 1
+    maskable = unit_ids >= 0
+    rows = np.broadcast_to(np.arange(n_rows)[:, None], unit_ids.shape)
+    flat = rows[maskable] * n_units + unit_ids[maskable]
+    return np.bincount(flat, minlength=n_rows * n_units).reshape(n_rows, n_units)
+
+
+def _random_order(lengths: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """``[N, U]`` a uniformly random visiting order of each row's present units, absent units last."""
+    priority = rng.random(lengths.shape)
+    priority[lengths == 0] = 2.0
+    return np.argsort(priority, axis=1, kind="stable")
+
+
+def _tokens_of_units(unit_ids: np.ndarray, unit_chosen: np.ndarray) -> np.ndarray:
+    """``bool [N, L]``: tokens whose unit is chosen in ``unit_chosen`` (``[N, U]``)."""
+    rows = np.broadcast_to(np.arange(unit_ids.shape[0])[:, None], unit_ids.shape)
+    return (unit_ids >= 0) & unit_chosen[rows, np.maximum(unit_ids, 0)]
+
+
+def select_units(unit_ids: np.ndarray, budget: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Choose whole units in random order until each row's token budget is met.
+
+    A unit is a run of tokens sharing a unit id (a word for WWM, one token for
+    MLM). Units are visited in a uniformly random order; a unit is taken if it
+    still fits in the budget and skipped otherwise, so a chosen set never splits
+    a unit and never exceeds the budget (BERT's ``create_masked_lm_predictions``:
+    ``if len(masked_lms) + len(index_set) > num_to_predict: continue``).
+
+    Args:
+        unit_ids: ``int [N, L]`` dense unit index per token (0..U-1 per row), -1 = never chosen.
+        budget: ``int [N]`` tokens to choose per row.
+        rng: the random generator (consumes ``N * U`` uniforms).
+    Returns:
+        ``bool [N, L]``: the chosen tokens.
+    """
+    n_rows = unit_ids.shape[0]
+    lengths = _unit_lengths(unit_ids)
+    n_units = lengths.shape[1]
+    if n_units == 0:
+        return np.zeros(unit_ids.shape, dtype=bool)
+    order = _random_order(lengths, rng)
+    sorted_len = np.take_along_axis(lengths, order, axis=1)
+    budget = np.asarray(budget, dtype=np.int64)
+    if lengths.max() <= 1:  # single-token units: the first `budget` in random order
+        chosen_sorted = np.arange(n_units)[None, :] < budget[:, None]
+    else:
+        chosen_sorted = np.zeros((n_rows, n_units), dtype=bool)
+        total = np.zeros(n_rows, dtype=np.int64)
+        for j in range(n_units):
+            length = sorted_len[:, j]
+            take = (length > 0) & (total + length <= budget)
+            chosen_sorted[:, j] = take
+            total += np.where(take, length, 0)
+            if (total >= budget).all():
+                break
+    chosen = np.zeros((n_rows, n_units), dtype=bool)
+    np.put_along_axis(chosen, order, chosen_sorted, axis=1)
+    return _tokens_of_units(unit_ids, chosen)
+
+
+def select_ngrams(word_ids: np.ndarray, budget: np.ndarray, rng: np.random.Generator,
+                  ngram_probs: tuple[float, ...] = (0.4, 0.3, 0.2, 0.1)) -> tuple[np.ndarray, np.ndarray]:
+    """N-gram masking: choose spans of 1..K consecutive whole words until the token budget is met.
+
+    The rules of ALBERT's ``create_masked_lm_predictions`` (the reference for
+    N-gram masking that MacBERT and PERT cite), per row:
+
+    1. visit the words in a uniformly random order as span starts;
+    2. draw the span length ``n`` in words with probability ``ngram_probs[n-1]``,
+       renormalised over the lengths that fit before the row's last word;
+    3. while the span would exceed the budget, shorten it (``n -= 1``); if even
+       one word does not fit, skip this start;
+    4. skip the span if any of its words is already chosen; otherwise choose it.
+
+    Args:
+        word_ids: ``int [N, L]`` dense word index per token, -1 = never chosen.
+        budget: ``int [N]`` tokens to choose per row.
+        ngram_probs: probability of a span of 1, 2, ... K words.
+    Returns:
+        ``(chosen, span_words)``: ``bool [N, L]`` chosen tokens, and ``int64 [S]``
+        the length in words of every span taken (for statistics and tests).
+    """
+    n_rows = word_ids.shape[0]
+    lengths = _unit_lengths(word_ids)
+    n_words_max = lengths.shape[1]
+    if n_words_max == 0:
+        return np.zeros(word_ids.shape, dtype=bool), np.zeros(0, dtype=np.int64)
+    k = len(ngram_probs)
+    cdf = np.cumsum(ngram_probs)
+    n_words = (lengths > 0).sum(axis=1)
+    # cum[r, w] = tokens of words 0..w-1; padded so that s + n never reads past the end
+    cum = np.zeros((n_rows, n_words_max + k + 1), dtype=np.int64)
+    cum[:, 1:n_words_max + 1] = np.cumsum(lengths, axis=1)
+    cum[:, n_words_max + 1:] = cum[:, n_words_max:n_words_max + 1]
+    order = _random_order(lengths, rng)
+    draws = rng.random((n_rows, n_words_max))
+    budget = np.asarray(budget, dtype=np.int64)
+    covered = np.zeros((n_rows, n_words_max + k), dtype=bool)
+    total = np.zeros(n_rows, dtype=np.int64)
+    row = np.arange(n_rows)
+    spans = []
+    span_range = np.arange(1, k + 1)
+    for j in range(n_words_max):
+        start = order[:, j]
+        present = start < n_words
+        room = np.clip(n_words - start, 1, k)  # longest span that stays inside the row
+        n = np.searchsorted(cdf, draws[:, j] * cdf[room - 1], side="right") + 1
+        n = np.minimum(n, room)
+        # tokens of spans of 1..k words from `start`
+        span_tokens = cum[row[:, None], start[:, None] + span_range[None, :]] - cum[row, start][:, None]
+        fits = (span_range[None, :] <= n[:, None]) & (total[:, None] + span_tokens <= budget[:, None])
+        n_fit = np.where(fits.any(axis=1), k - np.argmax(fits[:, ::-1], axis=1), 0)
+        words = start[:, None] + span_range[None, :] - 1
+        in_span = span_range[None, :] <= n_fit[:, None]
+        overlap = (covered[row[:, None], words] & in_span).any(axis=1)
+        take = present & (n_fit > 0) & ~overlap
+        if take.any():
+            covered[row[:, None], words] |= in_span & take[:, None]
+            total += np.where(take, span_tokens[row, np.maximum(n_fit - 1, 0)], 0)
+            spans.append(n_fit[take])
+        if (total >= budget).all():
+            break
+    chosen = _tokens_of_units(word_ids, covered[:, :n_words_max])
+    return chosen, (np.concatenate(spans) if spans else np.zeros(0, dtype=np.int64))
+
+
+def unit_ids_for(scheme: str, word_ids: np.ndarray) -> np.ndarray:
+    """Unit ids of a masking scheme: each maskable token alone (MLM) or its word (WWM, N-gram)."""
+    if scheme in ("wwm", "ngram"):
+        return word_ids
+    if scheme == "mlm":
+        positions = np.broadcast_to(np.arange(word_ids.shape[1], dtype=word_ids.dtype), word_ids.shape)
+        return np.where(word_ids >= 0, positions, -1)
+    raise ValueError(f"unknown masking scheme {scheme!r}; known: {', '.join(MASKING_SCHEMES)}")
+
+
+@dataclass
+class MaskedBatch:
+    """A corrupted batch.
+
+    Attributes:
+        input_ids: ``int32 [N, L]`` corrupted input.
+        chosen: ``bool [N, L]`` the positions to predict.
+        labels: ``int32 [N, L]`` at chosen positions the original token id (or,
+            for PerLM, the position where the original token now stands); -100 elsewhere.
+        counts: how the chosen tokens were corrupted (``chosen``, ``mask``,
+            ``random``, ``similar``, ``permute``, ``keep``; tokens) and how often a
+            similar word was used (``similar_words``) or was unavailable and a
+            random word used instead (``similar_fallback_*``; words).
+    """
+
+    input_ids: np.ndarray
+    chosen: np.ndarray
+    labels: np.ndarray
+    counts: dict[str, int] = field(default_factory=dict)
+
+
+def _word_occurrences(chosen: np.ndarray, unit_ids: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The chosen words as occurrences: ``rows, first, length`` (``int64 [K]`` each: row, first
+    position, tokens) and, per chosen token in row-major order, its occurrence (``int64 [T]``)."""
+    rows, cols = np.nonzero(chosen)
+    new = np.ones(len(rows), dtype=bool)
+    new[1:] = (rows[1:] != rows[:-1]) | (unit_ids[rows[1:], cols[1:]] != unit_ids[rows[:-1], cols[:-1]])
+    occurrence = np.cumsum(new) - 1
+    return rows[new], cols[new], np.bincount(occurrence), occurrence
+
+
+def _similar_replacement(occ_rows, occ_first, occ_len, lex_ids, similar: SimilarWords, rng):
+    """Pick a similar word for each occurrence; ``(ok, token_values, fallback counts)``."""
+    lex = lex_ids[occ_rows, occ_first] if lex_ids is not None else np.full(len(occ_rows), -1)
+    has_entry = lex >= 0
+    safe = np.maximum(lex, 0)
+    n_cand = np.where(has_entry, similar.counts[safe], 0)
+    whole = has_entry & (similar.lengths[safe] == occ_len)  # a word cut at a sequence boundary is shorter
+    ok = has_entry & (n_cand > 0) & whole
+    pick = similar.offsets[safe] + np.minimum((rng.random(len(lex)) * n_cand).astype(np.int64),
+                                              np.maximum(n_cand - 1, 0))
+    reps = np.where(ok, occ_len, 0)
+    first = np.repeat(similar.starts[np.where(ok, pick, 0)], reps)
+    within = np.arange(reps.sum()) - np.repeat(np.cumsum(reps) - reps, reps)
+    values = similar.tokens[first + within]
+    fallbacks = {
+        "similar_fallback_not_in_lexicon": int((~has_entry).sum()),
+        "similar_fallback_no_candidate": int((has_entry & (n_cand == 0)).sum()),
+        "similar_fallback_length_mismatch": int((has_entry & (n_cand > 0) & ~whole).sum()),
+    }
+    return ok, values, fallbacks
+
+
+def corrupt(input_ids: np.ndarray, chosen: np.ndarray, unit_ids: np.ndarray, config: MaskingConfig,
+            rng: np.random.Generator, *, mask_token_id: int, random_token_ids: np.ndarray,
+            lex_ids: np.ndarray | None = None, similar: SimilarWords | None = None) -> MaskedBatch:
+    """Corrupt the chosen tokens and build the labels.
+
+    One uniform draw per decision unit picks, in this order, [MASK] (``mask``),
+    a random token (``random``), a similar word (``similar``), the PerLM
+    permutation (``permute``), or keep. The decision unit is the token (BERT §3.1
+    and appendix A.1; Google's code decides per token also under WWM), except
+    with ``similar > 0``, where it is the chosen word (MacBERT §3.2: "we will find
+    similar words individually" for each word of an N-gram), and a random
+    replacement then gives every token of the word a random token.
+
+    Mac: a word takes a uniformly drawn candidate of :class:`SimilarWords` of the
+    same token length; a word with no candidate (not in the lexicon, no
+    same-length neighbour, or cut by a sequence boundary) gets a random word
+    instead, as MacBERT specifies ("in rare cases, when there is no similar word,
+    we will degrade to use random word replacement"); each fallback is counted.
+
+    PerLM (PERT §3.2): the tokens drawn for ``permute`` are shuffled among
+    themselves within their row (a uniformly random permutation of those
+    positions); at every chosen position ``i`` the label is the position where
+    the original token ``input_ids[i]`` now stands (``i`` itself for kept tokens).
+
+    Args:
+        input_ids: ``int [N, L]``; chosen: ``bool [N, L]``; unit_ids: ``int [N, L]``
+            (the words of the chosen tokens, used with ``similar``).
+        random_token_ids: ``int [V']`` ids a random replacement is drawn from, uniformly.
+        lex_ids, similar: the lexicon entry of every token's word and the
+            similar words (required when ``config.similar > 0``).
+    Returns:
+        :class:`MaskedBatch`.
+    Raises:
+        ValueError: ``config.similar > 0`` without ``similar``.
+    """
+    out = input_ids.copy()
+    labels = np.full(input_ids.shape, IGNORE, dtype=np.int32)
+    counts = {"chosen": int(chosen.sum())}
+    rows, cols = np.nonzero(chosen)
+    edges = np.cumsum([config.mask, config.random, config.similar, config.permute])
+    if not config.similar:  # 0 mask, 1 random, 2 similar, 3 permute, 4 keep
+        kind = np.searchsorted(edges, rng.random(len(rows)), side="right")
+    else:
+        if similar is None:
+            raise ValueError("similar-word replacement (Mac) needs a SimilarWords lexicon")
+        occ_rows, occ_first, occ_len, occurrence = _word_occurrences(chosen, unit_ids)
+        word_kind = np.searchsorted(edges, rng.random(len(occ_rows)), side="right")
+        to_similar = np.flatnonzero(word_kind == 2)
+        ok, values, fallbacks = _similar_replacement(occ_rows[to_similar], occ_first[to_similar],
+                                                     occ_len[to_similar], lex_ids, similar, rng)
+        counts.update(fallbacks, similar_words=int(ok.sum()))
+        word_kind[to_similar[~ok]] = 1  # no similar word: a random word instead
+        kind = word_kind[occurrence]
+        replaced = kind == 2
+        out[rows[replaced], cols[replaced]] = values
+    for name, k in (("mask", 0), ("random", 1), ("similar", 2), ("permute", 3), ("keep", 4)):
+        counts[name] = int((kind == k).sum())
+    out[rows[kind == 0], cols[kind == 0]] = mask_token_id
+    n_random = counts["random"]
+    out[rows[kind == 1], cols[kind == 1]] = random_token_ids[rng.integers(0, len(random_token_ids), n_random)]
+    if config.permute:
+        labels[rows, cols] = cols  # kept tokens point at themselves
+        p_rows, p_cols = rows[kind == 3], cols[kind == 3]
+        shuffled = np.lexsort((rng.random(len(p_rows)), p_rows))  # a random order within each row
+        source = p_cols[shuffled]
+        out[p_rows, p_cols] = input_ids[p_rows, source]  # the token from `source` now stands at p_cols
+        labels[p_rows, source] = p_cols
+    else:
+        labels[rows, cols] = input_ids[rows, cols]
+    return MaskedBatch(out.astype(np.int32), chosen, labels, counts)
+
+
+def mask_batch(input_ids: np.ndarray, word_ids: np.ndarray, config: MaskingConfig, rng: np.random.Generator, *,
+               mask_token_id: int, random_token_ids: np.ndarray, lex_ids: np.ndarray | None = None,
+               similar: SimilarWords | None = None) -> MaskedBatch:
+    """Choose ``config.masked_lm_prob`` of the maskable tokens of every sequence with the
+    configured scheme, then corrupt them (:func:`corrupt`).
+
+    Args:
+        input_ids: ``int [N, L]`` original token ids.
+        word_ids: ``int [N, L]`` word index per token, -1 for special and padding tokens.
+        lex_ids, similar: for Mac only (see :func:`corrupt`).
+    Returns:
+        A :class:`MaskedBatch`.
+    """
+    budget = prediction_budget((word_ids >= 0).sum(axis=1), config.masked_lm_prob, config.max_predictions)
+    if config.scheme == "ngram":
+        chosen, _ = select_ngrams(word_ids, budget, rng, config.ngram_probs)
+    else:
+        chosen = select_units(unit_ids_for(config.scheme, word_ids), budget, rng)
+    return corrupt(input_ids, chosen, word_ids, config, rng, mask_token_id=mask_token_id,
+                   random_token_ids=random_token_ids, lex_ids=lex_ids, similar=similar)

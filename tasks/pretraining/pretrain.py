@@ -1,0 +1,258 @@
+"""Pretrain: a BERT encoder from scratch on masked pretraining data.
+
+One readable loop (after nanoGPT): AdamW with linear warm-up and linear decay,
+gradient clipping, a fixed budget of non-padding tokens, predictions only at the
+chosen positions (:class:`tasks.pretraining.modeling.PretrainingModel`: MLM or PerLM, plus
+NSP/SOP), static or dynamic masking, a CSV log of loss and throughput, and
+regular checkpoints from which a killed run resumes where it stopped (same data
+order, same masks, same optimizer state, same result).
+
+Data order is a pure function of (seed, step) (:class:`tasks.training.batching.BatchSchedule`:
+seeded permutations, length-grouped batches), so a resumed run needs only the
+step number to continue the same stream.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import os
+import resource
+import time
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import pyarrow as pa
+import torch
+
+from tasks.core.errors import SourceError
+from tasks.core.params import Pretrain
+from tasks.corpus.similar_words import SimilarWords
+from tasks.pretraining.masking import MaskingConfig, mask_batch
+from tasks.pretraining.modeling import PretrainingModel
+from tasks.training.batching import BatchSchedule, flat_positions, pad_batch, ragged
+from tasks.training.device import autocast
+from tasks.training.optim import learning_rate, optimizer_for
+
+LOG_FIELDS = ["step", "tokens", "loss", "token_accuracy", "sentence_loss", "sentence_accuracy", "learning_rate",
+              "tokens_per_sec", "elapsed_sec"]
+
+
+@dataclass
+class DynamicMasker:
+    """Masks a batch when it is drawn (dynamic masking, RoBERTa §4.1) with
+    :func:`tasks.pretraining.masking.mask_batch`, the function that writes static data.
+
+    The generator of step ``s`` is seeded by ``(seed, objective, s)``, so a
+    resumed run draws the same masks as an uninterrupted one.
+    """
+
+    config: MaskingConfig
+    seed: int
+    objective: str
+    mask_token_id: int
+    random_token_ids: np.ndarray
+    similar: SimilarWords | None = None
+
+    def __call__(self, input_ids: np.ndarray, word_ids: np.ndarray, lex_ids: np.ndarray | None, step: int):
+        rng = np.random.default_rng([self.seed, zlib.crc32(self.objective.encode()), step])
+        return mask_batch(input_ids, word_ids, self.config, rng, mask_token_id=self.mask_token_id,
+                          random_token_ids=self.random_token_ids, lex_ids=lex_ids, similar=self.similar)
+
+
+@dataclass
+class PretrainingExamples:
+    """Pretraining examples in flat Arrow layout (see :mod:`tasks.training.batching` and the shard
+    columns in :mod:`tasks.pretraining.pretraining_data`): static (positions and labels stored) or
+    dynamic (word ids stored, masked by ``masker`` at batch time)."""
+
+    ids: np.ndarray
+    id_offsets: np.ndarray
+    positions: np.ndarray | None = None
+    labels: np.ndarray | None = None
+    label_offsets: np.ndarray | None = None
+    word_ids: np.ndarray | None = None
+    lex_ids: np.ndarray | None = None
+    segment_b: np.ndarray | None = None
+    sentence_labels: np.ndarray | None = None
+    masker: DynamicMasker | None = None
+
+    @classmethod
+    def from_table(cls, table: pa.Table, masker: DynamicMasker | None = None) -> "PretrainingExamples":
+        """Raises: SourceError: static shards given a masker, or dynamic shards without one."""
+        columns = set(table.column_names)
+        ids, id_offsets = ragged(table.column("input_ids"))
+        out = cls(ids, id_offsets, masker=masker)
+        if ("word_ids" in columns) != (masker is not None):
+            raise SourceError("pretraining data and objective disagree on dynamic masking: rerun pretraining_data")
+        if masker is None:
+            out.positions, out.label_offsets = ragged(table.column("masked_positions"))
+            out.labels, _ = ragged(table.column("masked_labels"))
+        else:
+            out.word_ids, _ = ragged(table.column("word_ids"))
+            if "lex_ids" in columns:
+                out.lex_ids, _ = ragged(table.column("lex_ids"))
+        if "sentence_label" in columns:
+            out.segment_b = table.column("segment_b").to_numpy()
+            out.sentence_labels = table.column("sentence_label").to_numpy().astype(np.int64)
+        return out
+
+    def __len__(self) -> int:
+        return len(self.id_offsets) - 1
+
+    @property
+    def lengths(self) -> np.ndarray:
+        return np.diff(self.id_offsets)
+
+    def batch(self, index: np.ndarray, step: int = 0) -> dict[str, torch.Tensor]:
+        """Padded tensors for the examples ``index`` (``[B]``) at training step ``step``.
+
+        Returns:
+            ``input_ids``, ``attention_mask``, ``token_type_ids``: ``int64 [B, Lmax]``;
+            ``rows``, ``cols``, ``labels``: ``int64 [M]`` for the ``M`` predicted
+            tokens of the batch; ``sentence_labels``: ``int64 [B]`` with NSP/SOP.
+        """
+        ids, valid = pad_batch(self.ids, self.id_offsets, index)
+        if self.masker is None:
+            flat, rows = flat_positions(self.label_offsets, index)
+            cols, labels = self.positions[flat], self.labels[flat]
+        else:
+            words, _ = pad_batch(self.word_ids, self.id_offsets, index, pad_value=-1)
+            lex = pad_batch(self.lex_ids, self.id_offsets, index, pad_value=-1)[0] if self.lex_ids is not None else None
+            masked = self.masker(ids, words, lex, step)
+            rows, cols = np.nonzero(masked.chosen)
+            ids, labels = masked.input_ids, masked.labels[rows, cols]
+        out = {"input_ids": ids, "attention_mask": valid, "rows": rows, "cols": cols, "labels": labels,
+               "token_type_ids": np.zeros_like(ids)}
+        if self.sentence_labels is not None:
+            b = self.segment_b[index]
+            out["token_type_ids"] = valid & (np.arange(ids.shape[1])[None, :] >= b[:, None])
+            out["sentence_labels"] = self.sentence_labels[index]
+        return {k: torch.from_numpy(np.asarray(v).astype(np.int64)) for k, v in out.items()}
+
+
+def total_steps_for(budget_tokens: int, batch_size: int, mean_length: float) -> int:
+    """Steps that spend ``budget_tokens`` non-padding tokens at ``batch_size`` examples per step."""
+    return max(1, math.ceil(budget_tokens / (batch_size * mean_length)))
+
+
+def peak_memory_mb(device: torch.device) -> float:
+    """Peak memory of this process: CUDA allocations on GPU, resident set size on CPU (MiB)."""
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**20
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _save_checkpoint(path: Path, state: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    torch.save(state, tmp)
+    os.replace(tmp, path)
+
+
+def train(model: PretrainingModel, data: PretrainingExamples, cfg: Pretrain, *, seed: int, device: torch.device,
+          checkpoint: Path, fingerprint: str, log: Callable[[str], None] = print) -> dict:
+    """Pretrain ``model`` on ``data`` for ``cfg.token_budget`` tokens; resume from ``checkpoint``.
+
+    Args:
+        checkpoint: file of the rolling checkpoint; it is used only if its
+            ``fingerprint`` (hash of params and data) matches, and deleted at the end.
+    Returns:
+        Summary: steps, tokens, final loss, wall time, throughput, peak memory, and
+        the log rows (``LOG_FIELDS``).
+    """
+    total = total_steps_for(cfg.token_budget, cfg.batch_size, float(data.lengths.mean()))
+    model.to(device).train()
+    opt = optimizer_for(model, cfg.learning_rate, cfg.weight_decay)
+    step, tokens, rows, elapsed_before = 0, 0, [], 0.0
+    if checkpoint.is_file():
+        state = torch.load(checkpoint, map_location=device, weights_only=False)
+        if state.get("fingerprint") == fingerprint:
+            model.load_state_dict(state["model"])
+            opt.load_state_dict(state["optimizer"])
+            torch.set_rng_state(state["rng"])
+            step, tokens, rows, elapsed_before = state["step"], state["tokens"], state["rows"], state["elapsed"]
+            log(f"resuming from {checkpoint} at step {step}/{total}")
+        else:
+            log(f"ignoring stale checkpoint {checkpoint} (params or data changed)")
+    else:
+        torch.manual_seed(seed)
+
+    schedule = BatchSchedule(data.lengths, cfg.batch_size, seed)
+    t0 = time.perf_counter()
+    window = _Window(t0)
+    while step < total:
+        lr = learning_rate(step, total, cfg.learning_rate, cfg.warmup_fraction)
+        for group in opt.param_groups:
+            group["lr"] = lr
+        batch = {k: v.to(device, non_blocking=True)
+                 for k, v in data.batch(schedule(step), step).items()}
+        with autocast(device):
+            loss, parts = model(batch)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        step += 1
+        n_tok = int(batch["attention_mask"].sum())
+        tokens += n_tok
+        window.add(loss, parts, n_tok, len(batch["labels"]), len(batch["input_ids"]))
+        if step % cfg.log_every == 0 or step == total:
+            rows.append({"step": step, "tokens": tokens, "learning_rate": lr,
+                         **window.flush(elapsed_before + time.perf_counter() - t0)})
+            log(f"step {step}/{total} loss {rows[-1]['loss']:.4f} acc {rows[-1]['token_accuracy']:.3f} "
+                f"{rows[-1]['tokens_per_sec']:.0f} tokens/s")
+        if step % cfg.checkpoint_every == 0 and step < total:
+            _save_checkpoint(checkpoint, {"fingerprint": fingerprint, "model": model.state_dict(),
+                                          "optimizer": opt.state_dict(), "rng": torch.get_rng_state(),
+                                          "step": step, "tokens": tokens, "rows": rows,
+                                          "elapsed": elapsed_before + time.perf_counter() - t0})
+    wall = elapsed_before + time.perf_counter() - t0
+    last = rows[-1] if rows else {}
+    return {"steps": total, "tokens": tokens, "final_loss": last.get("loss"),
+            "final_token_accuracy": last.get("token_accuracy"),
+            "final_sentence_accuracy": last.get("sentence_accuracy"), "wall_sec": round(wall, 2),
+            "tokens_per_sec": round(tokens / wall, 1) if wall else None,
+            "peak_memory_mb": round(peak_memory_mb(device), 1), "rows": rows}
+
+
+class _Window:
+    """Sums of the steps since the last log row."""
+
+    def __init__(self, start: float):
+        self.start = start
+        self.steps = self.tokens = self.predicted = self.sequences = 0
+        self.has_sentence = False
+        self.sums = {"loss": 0.0, "token_correct": 0, "sentence_loss": 0.0, "sentence_correct": 0}
+
+    def add(self, loss, parts, tokens: int, predicted: int, sequences: int) -> None:
+        self.steps, self.tokens = self.steps + 1, self.tokens + tokens
+        self.predicted, self.sequences = self.predicted + predicted, self.sequences + sequences
+        self.sums["loss"] += loss.item()
+        self.has_sentence = "sentence_loss" in parts
+        for k in ("token_correct", "sentence_loss", "sentence_correct"):
+            if k in parts:
+                self.sums[k] += parts[k].item()
+
+    def flush(self, elapsed: float) -> dict:
+        now = time.perf_counter()
+        has_sentence = self.has_sentence
+        row = {"loss": round(self.sums["loss"] / self.steps, 5),
+               "token_accuracy": round(self.sums["token_correct"] / max(self.predicted, 1), 5),
+               "sentence_loss": round(self.sums["sentence_loss"] / self.steps, 5) if has_sentence else None,
+               "sentence_accuracy": round(self.sums["sentence_correct"] / self.sequences, 5) if has_sentence
+               else None,
+               "tokens_per_sec": round(self.tokens / (now - self.start), 1), "elapsed_sec": round(elapsed, 2)}
+        self.__init__(now)
+        return row
+
+
+def write_log(path: Path, rows: list[dict]) -> None:
+    """The per-step log as CSV (``LOG_FIELDS``), for DVC plots and the report."""
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=LOG_FIELDS)
+        writer.writeheader()
+        writer.writerows(rows)

@@ -1,0 +1,1 @@
+"""The generated report (Markdown + HTML) and its sections."""

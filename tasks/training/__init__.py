@@ -1,0 +1,1 @@
+"""What pretraining and fine-tuning share: batching and data order."""
