@@ -10,11 +10,11 @@ import sys
 
 import pyarrow.parquet as pq
 from prefect import flow, get_run_logger
-from transformers import AutoTokenizer
 
 from tasks.core import paths
-from tasks.core.errors import ParamsError
+from tasks.core.errors import ParamsError, SourceError
 from tasks.core.io import atomic_outputs, write_json, write_jsonl
+from tasks.core.model_dir import check_weights, load_tokenizer
 from tasks.core.params import load_params
 from tasks.core.stage import run_stage, stage_task
 from tasks.downstream.downstream import FAMILIES
@@ -45,8 +45,13 @@ def finetune(model_name: str, task_name: str) -> None:
                           f"({', '.join(params.finetune_models)})")
     training, family = cfg.for_task(spec), FAMILIES[spec.family]
     model_dir = paths.MODELS / model_name
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    tables = {s: pq.read_table(paths.downstream_split(task_name, s)) for s in SPLITS}
+    tokenizer = load_tokenizer(model_dir)
+    check_weights(model_dir)  # fail before encoding the task, not at the first seed
+    files = {s: paths.downstream_split(task_name, s) for s in SPLITS}
+    for file in files.values():
+        if not file.is_file():
+            raise SourceError(f"{file} is missing: stage downstream@{task_name} makes it")
+    tables = {s: pq.read_table(f) for s, f in files.items()}
     labels = family.labels(tables)
     data = {s: family.encode(t, tokenizer, training, labels) for s, t in tables.items()}
     device = resolve_device(cfg.device)

@@ -3,8 +3,9 @@ so it is fine-tuned and reported like the pipeline's own models.
 
 The model is a folder inside an acquired source (``source`` + ``path``), a local
 folder (``path``), or a hub id (``hub_id``; needs ``HF_HUB_OFFLINE=0``). It is
-loaded with ``AutoModel``/``AutoTokenizer`` and saved again, so a broken or
-incomplete model fails here, with the model's name, not in every fine-tuning run.
+loaded with :mod:`tasks.core.model_dir` (``AutoModel``/``AutoTokenizer``, checked) and saved
+again, so a broken or incomplete model (no tokenizer files, truncated weights) fails here,
+with the model's name, not in every fine-tuning run.
 """
 
 import sys
@@ -12,11 +13,11 @@ from pathlib import Path
 
 import torch
 from prefect import flow
-from transformers import AutoModel, AutoTokenizer
 
 from tasks.core import paths
 from tasks.core.errors import SourceError
 from tasks.core.io import atomic_outputs
+from tasks.core.model_dir import load_model, load_tokenizer
 from tasks.core.params import load_params
 from tasks.core.stage import run_stage
 
@@ -31,11 +32,13 @@ def import_model(name: str) -> None:
     # Weights missing from a checkpoint (often the pooler) are initialised at random: seed
     # them so that the imported model, like every other artifact, is byte-identical per seed.
     torch.manual_seed(params.seed)
+    if not spec.hub_id and not Path(location).is_dir():
+        raise SourceError(f"hub_models.{name}: no model folder {location}")
     try:
-        tokenizer = AutoTokenizer.from_pretrained(location)
-        model = AutoModel.from_pretrained(location)
-    except (OSError, ValueError) as exc:
-        raise SourceError(f"hub_models.{name}: cannot load a model from {location!r}: {exc}") from None
+        tokenizer = load_tokenizer(location)
+        model = load_model(location)
+    except SourceError as exc:
+        raise SourceError(f"hub_models.{name}: {exc}") from None
     with atomic_outputs(paths.MODELS / name) as (out,):
         model.save_pretrained(out)
         tokenizer.save_pretrained(out)

@@ -15,6 +15,7 @@ from typing import Callable, Protocol
 import numpy as np
 import torch
 
+from tasks.core.model_dir import load_model
 from tasks.training.batching import BatchSchedule
 from tasks.training.device import autocast
 from tasks.training.optim import learning_rate, optimizer_for
@@ -77,9 +78,13 @@ def fit_seed(family, model_dir, labels, data: Batches, training, seed: int, devi
 
     Returns:
         the fine-tuned model (in eval mode) and :func:`fit`'s summary.
+
+    Raises:
+        SourceError: ``model_dir`` lacks weights or holds truncated/corrupt ones
+            (:func:`tasks.core.model_dir.load_model`).
     """
     torch.manual_seed(seed)
-    model = family.model(model_dir, labels, training)
+    model = load_model(model_dir, lambda path: family.model(path, labels, training))
     train = fit(model, data, epochs=training.epochs, batch_size=training.batch_size, lr=training.learning_rate,
                 warmup_fraction=training.warmup_fraction, weight_decay=training.weight_decay,
                 max_grad_norm=training.max_grad_norm, seed=seed, device=device, log=log)
