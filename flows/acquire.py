@@ -8,12 +8,14 @@ from tasks.core import paths
 from tasks.core.io import atomic_outputs, write_json
 from tasks.core.params import load_params
 from tasks.core.stage import run_stage
-from tasks.corpus.acquire import acquire_source
+from tasks.corpus.acquire import acquire_source, check_source_paths
 
 
 @flow(name="acquire")
 def acquire() -> None:
     params = load_params()
+    for name, spec in params.sources.items():  # every source is checked before any is fetched
+        check_source_paths(name, spec)
     with atomic_outputs(paths.RAW, paths.MANIFEST) as (raw, manifest):
         futures = [acquire_source.submit(name, spec, raw) for name, spec in sorted(params.sources.items())]
         entries = [entry for future in futures for entry in future.result()]

