@@ -74,8 +74,11 @@ def test_parquet_format(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    pq.write_table(pa.table({"body": ["一。", None, "二。"]}), tmp_path / "c.parquet")
-    assert list(read_documents(tmp_path / "c.parquet", "auto", "body")) == [["一。"], ["二。"]]
+    pq.write_table(pa.table({"body": ["一。", None, "二。", ""]}), tmp_path / "c.parquet")
+    docs = list(read_documents(tmp_path / "c.parquet", "auto", "body"))
+    assert docs == [["一。"], [""], ["二。"], [""]]  # null and empty records reach build_corpus, which counts them
+    _, stats = build_corpus([("src", "zh", docs)], set(), 1)
+    assert stats.to_dict()["dropped"]["empty_records"] == 2
 
 
 def test_malformed_records_name_the_line(tmp_path):
@@ -101,8 +104,30 @@ def test_build_corpus_dedupes_filters_and_counts():
     assert table.column("sent_id").to_pylist() == [0, 1, 0]
     d = stats.to_dict()
     assert d["languages"]["zh"] == {"documents": 2, "sentences": 3, "characters": 7 + 6 + 6}
-    assert d["dropped"] == {"empty_documents": 2, "duplicate_documents": 1, "eval_overlap_sentences": 2,
-                            "short_sentences": 1}
+    # ["  "] has no text (an empty record); ["这是测试集的句子。"] loses its only sentence (an empty document)
+    assert d["dropped"] == {"empty_records": 1, "empty_documents": 1, "duplicate_documents": 1,
+                            "eval_overlap_sentences": 2, "short_sentences": 1}
+
+
+def test_zero_length_records_are_counted():
+    docs = [["好的句子。"], [""], ["\u200b\u3000"], ["\t \x07"], ["另一句话。"]]
+    table, stats = build_corpus([("src", "zh", docs)], set(), 2)
+    assert table.num_rows == 2
+    d = stats.to_dict()["dropped"]
+    assert d["empty_records"] == 3 and d["empty_documents"] == 0
+    # every input record is accounted for: kept, empty or duplicate
+    assert stats.documents["zh"] + d["empty_records"] + d["empty_documents"] + d["duplicate_documents"] == len(docs)
+
+
+def test_json_lines_declared_as_txt_is_refused(tmp_path):
+    path = tmp_path / "reviews.txt"
+    path.write_text('{"text": "很好。"}\n\n{"text": "不好。", "label": 0}\n一行普通文字\n', encoding="utf-8")
+    with pytest.raises(SourceError, match=r"reviews.txt: 2 of its first 3 non-empty lines are JSON objects.*"
+                                          r"format: jsonl"):
+        list(read_documents(path, "txt"))
+    # prose with a few braces, and a lone JSON-looking line among prose, is still text
+    path.write_text('{"a": 1}\n第一行。\n{不是JSON}\n第三行。\n', encoding="utf-8")
+    assert len(list(read_documents(path, "txt"))) == 4
 
 
 def test_empty_corpus_names_the_sources():

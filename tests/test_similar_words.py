@@ -1,8 +1,12 @@
 """Mac's similar-word lexicon: the word-vector file is read as plain data only, neighbours are
 the most cosine-similar words, candidates keep the word's token length, and the lexicon ids
-line up with the tokens; checked by hand and against the packaged excerpt."""
+line up with the tokens; checked by hand and against the packaged excerpt. The lexicon is
+byte-identical whatever the BLAS thread count, summation order or query chunking, with exact
+ties broken by vector row."""
 
+import functools
 import gzip
+import hashlib
 import os
 import pickle
 
@@ -11,7 +15,8 @@ import pyarrow as pa
 import pytest
 
 from tasks.core.errors import SourceError
-from tasks.corpus.similar_words import (build_lexicon, lexicon_ids, load_word_vectors, nearest_neighbours,
+from tasks.corpus import similar_words as sw
+from tasks.corpus.similar_words import (build_lexicon, lexicon_ids, load_word_vectors, nearest_neighbours, quantise,
                                         similar_words_from_table)
 from tasks.corpus.tokenize import SPECIAL_TOKENS, load_vocab_tokenizer
 from tests.conftest import DATA
@@ -90,3 +95,70 @@ def test_packaged_excerpt_gives_sensible_neighbours():
     assert len(words) == 1200 and vectors.shape == (1200, 200)
     index, _ = nearest_neighbours(np.array([words.index("中国")]), vectors, k=10)
     assert {"我国", "国内", "全国", "世界"} & {words[i] for i in index[0]}
+
+
+def test_quantised_dot_products_are_exact():
+    rng = np.random.default_rng(0)
+    vectors = rng.normal(0, 3, (50, 200)).astype(np.float32)
+    q = quantise(vectors)
+    assert np.all(q == np.rint(q)) and 2 ** 21 <= np.abs(q).max() <= 2 ** 22  # 200 * 2**44 < 2**53
+    exact = np.array([[sum(int(a) * int(b) for a, b in zip(x, y)) for y in q[:5]] for x in q[:5]])
+    assert (q[:5] @ q[:5].T == exact).all()  # integer arithmetic in Python: no rounding at all
+    unit = 2.0 ** (np.frexp(np.abs(vectors).max())[1] - 22)  # one power-of-two scale for all values
+    assert np.abs(q * unit - vectors).max() <= unit / 2
+    assert (quantise(vectors * 4) == q).all()  # a power-of-two rescaling is exact, so changes nothing
+
+
+def test_exact_ties_go_to_the_lower_row():
+    # rows 1, 3 and 4 are copies of row 0 (exact ties at cosine 1); row 2 is orthogonal
+    vectors = np.array([[1, 2, 3], [1, 2, 3], [3, -3, 1], [1, 2, 3], [2, 4, 6]], dtype=np.float32)
+    index, sims = nearest_neighbours(np.array([0, 3, 4, 1]), vectors, k=3)
+    assert index.tolist() == [[1, 3, 4], [0, 1, 4], [0, 1, 3], [0, 3, 4]]
+    assert (sims == np.float32(1.0)).all()
+    # chunking and row order of the queries change nothing
+    assert (nearest_neighbours(np.array([1, 4, 3, 0]), vectors, k=3, block=1)[0] == index[[3, 2, 1, 0]]).all()
+
+
+def lexicon_digest(table: pa.Table) -> str:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return hashlib.sha256(sink.getvalue().to_pybytes()).hexdigest()
+
+
+# sha256 of the Arrow IPC stream of the lexicon built in the test below: pins the neighbour
+# ranking, the similarity rounding and the candidate rules; update only for an intended change.
+SAMPLE_LEXICON_SHA256 = "6feebfaaf95d1e720746d4f2931de326c4b46473f08b4b988fe5283fcfa55be9"
+
+
+@pytest.mark.skipif(not (DATA / "word_vectors_sample.model").is_file(), reason="excerpt missing")
+def test_sample_lexicon_is_machine_independent(tmp_path, monkeypatch):
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    words, vectors = load_word_vectors(DATA / "word_vectors_sample.model")
+    # exact ties: 全国 and 国内 get 中国's vector, so they are 中国's first two neighbours, by row
+    vectors[[words.index("全国"), words.index("国内")]] = vectors[words.index("中国")]
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("\n".join(SPECIAL_TOKENS + sorted(set("".join(words)))) + "\n", encoding="utf-8")
+    tokenizer = load_vocab_tokenizer(vocab)
+    corpus = pa.array(words[::-1] + words[:100])  # every sample word, repeats allowed
+
+    def build(vectors=vectors):
+        return lexicon_digest(build_lexicon(corpus, words, vectors, tokenizer, neighbours=10)[0])
+
+    digest = build()
+    table, _ = build_lexicon(corpus, words, vectors, tokenizer, neighbours=10)
+    row = table.to_pylist()[table.column("word").to_pylist().index("中国")]
+    assert row["similar"][:2] == ["全国", "国内"] and row["similarity"][:2] == [1.0, 1.0]
+    sims = table.column("similarity").to_pylist()
+    assert all(s == sorted(s, reverse=True) for s in sims)
+    assert all(round(x, 6) == pytest.approx(x, abs=1e-7) for s in sims for x in s)  # stored rounded
+    for threads in (1, 2):
+        with threadpoolctl.threadpool_limits(limits=threads):
+            assert build() == digest
+    # another summation order in every dot product: the same vectors with their dimensions permuted
+    permuted = vectors[:, np.random.default_rng(1).permutation(vectors.shape[1])]
+    assert build(np.ascontiguousarray(permuted)) == digest
+    assert build(np.asfortranarray(vectors)) == digest  # the transposed memory layout for BLAS
+    monkeypatch.setattr(sw, "nearest_neighbours", functools.partial(nearest_neighbours, block=7))
+    assert build() == digest  # other query chunks
+    assert digest == SAMPLE_LEXICON_SHA256

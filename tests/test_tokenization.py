@@ -72,3 +72,23 @@ def test_random_token_ids_exclude_special_and_unused(tmp_path):
     (tmp_path / "vocab.txt").write_text("\n".join(SPECIAL_TOKENS + ["[unused1]", "好", "天"]), encoding="utf-8")
     tok = load_vocab_tokenizer(tmp_path / "vocab.txt")
     assert tok.convert_ids_to_tokens(random_token_ids(tok).tolist()) == ["好", "天"]
+
+
+def test_special_token_strings_in_text_are_word_pieced(tmp_path):
+    (tmp_path / "vocab.txt").write_text("\n".join(SPECIAL_TOKENS + ["[", "]", "mask", "sep", "cls", "unk", "pad", "用",
+                                                                    "替", "换", "，", "再", "接", "。"]), encoding="utf-8")
+    tok = load_vocab_tokenizer(tmp_path / "vocab.txt")
+    words = [["用", "[MASK]", "替换", "，", "再", "接", "[SEP]", "[CLS]", "[UNK]", "[PAD]", "。"]]
+    ids, word_ids = tokenize_words(tok, ["".join(words[0])], words)
+    assert not set(ids[0].tolist()) & set(tok.all_special_ids)  # not even [UNK]: every piece is in the vocabulary
+    assert tok.convert_ids_to_tokens(ids[0].tolist()) == (
+        ["用", "[", "mask", "]", "替", "换", "，", "再", "接"]
+        + [p for name in ("sep", "cls", "unk", "pad") for p in ("[", name, "]")] + ["。"])
+    assert word_ids[0].tolist() == [0, 1, 1, 1, 2, 2, 3, 4, 5, 6, 6, 6, 7, 7, 7, 8, 8, 8, 9, 9, 9, 10]
+
+
+def test_ordinary_text_tokenizes_as_before():
+    tok = train_tokenizer(TEXTS, 200, 2)
+    texts = TEXTS[:3]
+    ids, _ = tokenize_words(tok, texts, [[t] for t in texts])
+    assert [x.tolist() for x in ids] == tok(texts, add_special_tokens=False)["input_ids"]

@@ -12,17 +12,20 @@ source    string    the source name in params
 text      string    the normalised sentence (:func:`tasks.core.text.normalise`)
 ========  ========  ==================================================
 
-Documents that are empty after normalisation or exact duplicates of an earlier
-document are dropped; so is every sentence that also occurs in a downstream
-evaluation split (to keep evaluation text out of pretraining), and every
-sentence shorter than ``corpus.min_sentence_chars``. All drops are counted in
-the stats.
+Records (documents) with no text after normalisation, including null or empty
+Parquet values, and exact duplicates of an earlier document are dropped; so is
+every sentence that also occurs in a downstream evaluation split (to keep
+evaluation text out of pretraining), every sentence shorter than
+``corpus.min_sentence_chars``, and a document left with no sentence. All drops
+are counted in the stats (stage metrics ``dropped``). Blank lines of ``txt`` and
+``jsonl`` files separate records and are not records themselves.
 """
 
 from __future__ import annotations
 
 import csv
 import io
+import itertools
 import json
 import re
 from dataclasses import dataclass, field
@@ -84,10 +87,29 @@ def read_peoples_daily(path: Path) -> Iterator[list[str]]:
         yield doc
 
 
+_JSON_SNIFF_LINES = 100
+
+
+def _is_json_object(line: str) -> bool:
+    if not line.lstrip().startswith("{"):
+        return False
+    try:
+        return isinstance(json.loads(line), dict)
+    except json.JSONDecodeError:
+        return False
+
+
 def _read_txt(path: Path, _field: str) -> Iterator[list[str]]:
-    for _, line in numbered_lines(path):
-        if line.strip():
-            yield [line]
+    lines = (line for _, line in numbered_lines(path) if line.strip())
+    # A JSON-lines file declared as txt would be ingested as raw JSON text: refuse it when
+    # most of its first lines are JSON objects (prose practically never is).
+    head = list(itertools.islice(lines, _JSON_SNIFF_LINES))
+    n_json = sum(map(_is_json_object, head))
+    if n_json * 2 > len(head):
+        raise SourceError(f"{path}: {n_json} of its first {len(head)} non-empty lines are JSON objects: "
+                          f"this is JSON lines, not plain text; declare it with format: jsonl")
+    for line in itertools.chain(head, lines):
+        yield [line]
 
 
 def _read_jsonl(path: Path, text_field: str) -> Iterator[list[str]]:
@@ -122,8 +144,7 @@ def _read_parquet(path: Path, text_field: str) -> Iterator[list[str]]:
     for i, value in enumerate(column.to_pylist()):
         if value is not None and not isinstance(value, str):
             raise SourceError(f"{path}: row {i}: column {text_field!r} is not a string")
-        if value:
-            yield [value]
+        yield [value or ""]  # a null or empty record is counted as empty by build_corpus
 
 
 READERS = {"peoples_daily": lambda p, _f: read_peoples_daily(p), "txt": _read_txt, "jsonl": _read_jsonl,
@@ -138,7 +159,8 @@ def read_documents(path: Path, fmt: str, text_field: str = "text") -> Iterator[l
     file suffix.
 
     Raises:
-        SourceError: unknown format or malformed content (names file and line/row).
+        SourceError: unknown format or malformed content (names file and line/row),
+            or a ``txt`` file that is JSON lines (suggests ``format: jsonl``).
     """
     if fmt == "auto":
         fmt = _SUFFIX_FORMATS.get(path.suffix.lower(), "")
@@ -149,11 +171,14 @@ def read_documents(path: Path, fmt: str, text_field: str = "text") -> Iterator[l
 
 @dataclass
 class IngestStats:
-    """Counts per language, plus what was dropped and why."""
+    """Counts per language, plus what was dropped and why: records with no text after
+    normalisation, duplicate documents, evaluation-overlap and short sentences, and
+    documents left with no sentence after those sentence drops."""
 
     documents: dict[str, int] = field(default_factory=dict)
     sentences: dict[str, int] = field(default_factory=dict)
     characters: dict[str, int] = field(default_factory=dict)
+    dropped_empty_records: int = 0
     dropped_empty_documents: int = 0
     dropped_duplicate_documents: int = 0
     dropped_eval_sentences: int = 0
@@ -164,7 +189,8 @@ class IngestStats:
         return {
             "languages": {lang: {"documents": self.documents[lang], "sentences": self.sentences[lang],
                                  "characters": self.characters[lang]} for lang in langs},
-            "dropped": {"empty_documents": self.dropped_empty_documents,
+            "dropped": {"empty_records": self.dropped_empty_records,
+                        "empty_documents": self.dropped_empty_documents,
                         "duplicate_documents": self.dropped_duplicate_documents,
                         "eval_overlap_sentences": self.dropped_eval_sentences,
                         "short_sentences": self.dropped_short_sentences},
@@ -198,7 +224,7 @@ def build_corpus(inputs: Iterable[tuple[str, str, Iterable[list[str]]]], eval_se
         for paragraphs in documents:
             sentences = [s for p in paragraphs for s in split_sentences(normalise(p))]
             if not sentences:
-                stats.dropped_empty_documents += 1
+                stats.dropped_empty_records += 1
                 continue
             key = "\n".join(sentences)
             if key in seen_docs:

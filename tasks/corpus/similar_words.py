@@ -13,6 +13,10 @@ Rules (:func:`build_lexicon`):
   (the Synonyms toolkit's ``nearby`` returns the top 10), kept only if they
   tokenize to as many tokens as the word itself and contain no [UNK].
 
+Neighbours are the same on every machine (:func:`nearest_neighbours`): the
+dot products are exact integers, so no BLAS kernel, thread count or summation
+order can change a similarity, and ranks are broken by vector-file row.
+
 The length rule is this project's choice: the MacBERT paper and README do not
 say what happens when a similar word has a different length (the question is
 asked, unanswered, in ymcui/MacBERT issues #12 and #19), and the paper's own
@@ -24,7 +28,7 @@ name as the fallback (paper §3.2; ymcui/MacBERT issue #9) and which
 
 Lexicon schema (``data/similar_words/lexicon.parquet``): ``word`` (string),
 ``input_ids`` (list<int32>), ``similar`` (list<string>, most similar first),
-``similarity`` (list<float32>), ``similar_ids`` (list<int32>: the candidates'
+``similarity`` (list<float32>: cosine rounded to 6 decimals), ``similar_ids`` (list<int32>: the candidates'
 token ids concatenated, each ``len(input_ids)`` long).
 """
 
@@ -119,29 +123,81 @@ def load_word_vectors(path: Path) -> tuple[list[str], np.ndarray]:
     return words, vectors
 
 
+SIMILARITY_DECIMALS = 6
+
+
+def quantise(vectors: np.ndarray) -> np.ndarray:
+    """``vectors`` as integers (held in float64) small enough that any dot product of two
+    rows, and every partial sum on the way, is an exact float64 integer.
+
+    All values are scaled by one power of two (exact) so that the largest magnitude is at
+    most ``2**b`` with ``b = (53 - D.bit_length()) // 2`` (22 for D = 200), then rounded
+    to the nearest integer: a dot product is then below ``D * 2**(2b) <= 2**53``. The
+    rounding error is ``2**-b`` of the largest value (under 1e-6 for the Synonyms vectors,
+    whose text has 3 decimals).
+
+    Args:
+        vectors: ``float [V, D]``.
+    Returns:
+        ``float64 [V, D]`` integer-valued.
+    """
+    x = np.asarray(vectors, dtype=np.float64)
+    bits = (53 - x.shape[1].bit_length()) // 2
+    _, exponent = np.frexp(np.abs(x).max(initial=0.0))  # max|x| < 2**exponent
+    return np.rint(np.ldexp(x, bits - int(exponent)))
+
+
 def nearest_neighbours(query: np.ndarray, vectors: np.ndarray, k: int,
-                       block: int = 2048) -> tuple[np.ndarray, np.ndarray]:
+                       block: int = 256) -> tuple[np.ndarray, np.ndarray]:
     """The ``k`` most cosine-similar rows of ``vectors`` for each row index in ``query``, itself excluded.
+
+    Machine-independent by construction: the vectors are quantised (:func:`quantise`)
+    so the float64 matrix product gives exact integer dot products whatever the BLAS
+    kernel, thread count, FMA use or summation order; norms are exact integer sums
+    then one correctly rounded ``sqrt``; the cosine is the dot product times the two
+    reciprocal norms, a fixed sequence of correctly rounded (IEEE 754) operations.
+    The cosine is rounded to ``SIMILARITY_DECIMALS`` decimals (so that the ranking
+    does not hinge on the last bits of a float), and rows are ranked by that rounded
+    cosine descending, ties (equal rounded cosines, e.g. duplicate vectors) by row
+    index ascending: one unique integer key per row, so the selected set and its
+    order do not depend on the selection algorithm either.
 
     Args:
         query: ``int [Q]`` row indices of the words to look up.
-        vectors: ``float32 [V, D]``.
+        vectors: ``float [V, D]``.
+        k: neighbours per query (at most ``V - 1``).
+        block: queries per matrix product (peak memory about ``block * V * 40`` bytes).
     Returns:
-        ``(index, similarity)``: ``int64 [Q, k]`` and ``float32 [Q, k]``, most similar first.
+        ``(index, similarity)``: ``int64 [Q, k]`` and ``float32 [Q, k]`` (the rounded
+        cosine), most similar first.
     """
-    norm = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
-    k = min(k, len(vectors) - 1)
+    n = len(vectors)
+    k = max(min(k, n - 1), 0)
     index = np.zeros((len(query), k), dtype=np.int64)
     score = np.zeros((len(query), k), dtype=np.float32)
+    if k == 0:
+        return index, score
+    q_all = quantise(vectors)
+    # exact integer sums, then one correctly rounded sqrt; a zero vector scores 0
+    inv_norm = 1.0 / np.maximum(np.sqrt((q_all * q_all).sum(axis=1)), 1.0)
+    scale = 10 ** SIMILARITY_DECIMALS
+    rows = np.arange(n, dtype=np.float64)
     for start in range(0, len(query), block):
-        q = query[start:start + block]
-        sims = norm[q] @ norm.T
-        sims[np.arange(len(q)), q] = -np.inf
-        top = np.argpartition(-sims, k - 1, axis=1)[:, :k]
-        top_sims = np.take_along_axis(sims, top, axis=1)
-        order = np.argsort(-top_sims, axis=1, kind="stable")
-        index[start:start + len(q)] = np.take_along_axis(top, order, axis=1)
-        score[start:start + len(q)] = np.take_along_axis(top_sims, order, axis=1)
+        q = np.asarray(query[start:start + block], dtype=np.int64)
+        # In place, to save memory; after rint every value is an exact float64 integer
+        # (|key| <= 2 * scale * n + n, far below 2**53), so the ranking key is exact and unique.
+        key = q_all[q] @ q_all.T  # exact integer dot products
+        key *= (inv_norm[q] * scale)[:, None]
+        key *= inv_norm
+        np.rint(key, out=key)  # the rounded cosine, in units of 10**-SIMILARITY_DECIMALS
+        key[np.arange(len(q)), q] = -2 * scale  # itself: below any cosine
+        key *= -n
+        key += rows  # ascending key: higher cosine first, then lower row
+        top = np.argpartition(key, k - 1, axis=1)[:, :k]
+        top_key = np.take_along_axis(key, top, axis=1)
+        top = np.take_along_axis(top, np.argsort(top_key, axis=1), axis=1)
+        index[start:start + len(q)] = top
+        score[start:start + len(q)] = (top - np.take_along_axis(key, top, axis=1)) / n / scale
     return index, score
 
 
@@ -169,7 +225,7 @@ def build_lexicon(corpus_words: pa.ChunkedArray | pa.Array, words: list[str], ve
     index, score = nearest_neighbours(query, vectors, neighbours)
 
     used = np.unique(np.concatenate([query, index.ravel()]))
-    encoded = tokenizer([words[i] for i in used], add_special_tokens=False)["input_ids"]
+    encoded = tokenizer([words[i] for i in used], add_special_tokens=False, split_special_tokens=True)["input_ids"]
     ids_of = {int(i): np.asarray(e, dtype=np.int32) for i, e in zip(used, encoded)}
     unk = tokenizer.unk_token_id
     records = {name: [] for name in LEXICON_SCHEMA.names}

@@ -9,6 +9,10 @@ Output (``data/tokens/sentences.parquet``), one row per sentence:
 ``doc_id``, ``sent_id``, ``input_ids`` (``list<int32>``, no special tokens) and
 ``word_ids`` (``list<int32>``: for each token, the index of its jieba word in
 the sentence).
+
+Corpus text never yields a special-token id: a literal ``[MASK]``, ``[SEP]``...
+in the text (a corpus about NLP has them) is word-pieced like any other text,
+``[`` ``mask`` ``]``, by tokenizing with ``split_special_tokens=True``.
 """
 
 from __future__ import annotations
@@ -64,7 +68,9 @@ def tokenize_words(tokenizer: PreTrainedTokenizerBase, texts: list[str], words: 
     """Token ids of each text and, per token, the index of the word it starts in.
 
     A token's word is the word containing the token's first character (from the
-    tokenizer's character offsets and the cumulative word lengths). WordPiece
+    tokenizer's character offsets and the cumulative word lengths). Special-token
+    strings in the text are split like ordinary text (module docstring), so no id
+    is a special token's except [UNK] for pieces outside the vocabulary. WordPiece
     never crosses a jieba word in Chinese text; where a token spans two words
     (e.g. ``"98年"`` segmented as ``98 | 年`` is two tokens anyway), the first wins.
 
@@ -74,7 +80,7 @@ def tokenize_words(tokenizer: PreTrainedTokenizerBase, texts: list[str], words: 
     all_ids, all_words = [], []
     for start in range(0, len(texts), batch_size):
         batch = texts[start:start + batch_size]
-        enc = tokenizer(batch, add_special_tokens=False, return_offsets_mapping=True,
+        enc = tokenizer(batch, add_special_tokens=False, split_special_tokens=True, return_offsets_mapping=True,
                         return_attention_mask=False, return_token_type_ids=False)
         for ids, offsets, ws in zip(enc["input_ids"], enc["offset_mapping"], words[start:start + batch_size]):
             ends = np.cumsum([len(w) for w in ws])

@@ -173,8 +173,9 @@ def corpus_section(metrics: Path, tasks: list[str]) -> list[str]:
                 for lang, s in corpus["languages"].items()]
         blocks.append(table(["language", "documents", "sentences", "characters"], rows))
         d = corpus["dropped"]
-        blocks.append(f"Dropped: {fmt(d['empty_documents'])} empty and {fmt(d['duplicate_documents'])} duplicate "
-                      f"documents; {fmt(d['eval_overlap_sentences'])} sentences that occur in a downstream "
+        blocks.append(f"Dropped: {fmt(d.get('empty_records', 0))} empty records; "
+                      f"{fmt(d['empty_documents'])} documents left without a sentence and "
+                      f"{fmt(d['duplicate_documents'])} duplicate documents; {fmt(d['eval_overlap_sentences'])} sentences that occur in a downstream "
                       f"evaluation split; {fmt(d['short_sentences'])} sentences that are too short.")
     if seg:
         blocks.append(f"jieba segmentation: {fmt(seg['words'])} words, {fmt(seg['mean_word_chars'])} characters "
