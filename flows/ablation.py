@@ -12,10 +12,10 @@ import time
 
 import pyarrow.parquet as pq
 from prefect import flow, get_run_logger
-from transformers import AutoTokenizer
 
 from tasks.core import paths
 from tasks.core.io import atomic_outputs, write_json
+from tasks.core.model_dir import load_tokenizer
 from tasks.core.params import load_params
 from tasks.core.stage import run_stage, stage_task
 from tasks.downstream.downstream import FAMILIES
@@ -56,7 +56,7 @@ def ablation(model_name: str) -> None:
     spec = params.task(cfg.task)
     training, family = params.finetune.for_task(spec), FAMILIES["mrc"]
     model_dir = paths.MODELS / model_name
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    tokenizer = load_tokenizer(model_dir)
     tables = {s: pq.read_table(paths.downstream_split(cfg.task, s)) for s in ("train", cfg.split)}
     data = {s: family.encode(t, tokenizer, training, None) for s, t in tables.items()}
     device = resolve_device(params.finetune.device)

@@ -8,10 +8,10 @@ import time
 import numpy as np
 import pyarrow.parquet as pq
 from prefect import flow, get_run_logger
-from transformers import AutoModel, AutoTokenizer
 
 from tasks.core import paths
 from tasks.core.io import atomic_outputs, write_json
+from tasks.core.model_dir import load_model, load_tokenizer
 from tasks.core.params import load_params
 from tasks.core.stage import run_stage, stage_task
 from tasks.downstream.downstream import ner_sentences
@@ -21,14 +21,15 @@ from tasks.training.device import resolve_device
 
 
 @stage_task(task_run_name="{name}")
-def probe_layers(name: str, encoder, tokenizer, sentences: dict, max_length: int, device, entity_f1: bool) -> dict:
+def probe_layers(name: str, encoder, tokenizer, sentences: dict, max_length: int, batch_size: int, device,
+                 entity_f1: bool) -> dict:
     """Probe accuracy (and NER entity-level F1) per layer, trained on ``sentences['train']``,
     scored on ``sentences['test']``."""
     labels = sorted({tag for chosen in sentences.values() for s in chosen for tag in s.tags})
     features = {}
     for split, chosen in sentences.items():
         data = EncodedNer.encode(chosen, tokenizer, labels, max_length)
-        features[split] = word_features(encoder, data, 64, device)
+        features[split] = word_features(encoder, data, batch_size, device)
     (train_x, train_y, _, _), (test_x, test_y, example, word) = features["train"], features["test"]
     result = {"labels": len(labels), "train_words": int(len(train_y)), "test_words": int(len(test_y)),
               "majority_baseline": float(np.mean(test_y == np.bincount(train_y).argmax())), "layers": []}
@@ -55,11 +56,12 @@ def probe(model_name: str) -> None:
                       "test": [pos[i] for i in pick[cfg.sentences.train:]]},
               "ner": {"train": ner["train"][: cfg.sentences.train], "test": ner["dev"][: cfg.sentences.test]}}
     model_dir = paths.MODELS / model_name
-    encoder, tokenizer = AutoModel.from_pretrained(model_dir), AutoTokenizer.from_pretrained(model_dir)
+    encoder, tokenizer = load_model(model_dir), load_tokenizer(model_dir)
     device = resolve_device(params.finetune.device)
     t0 = time.perf_counter()
     metrics = {"model": model_name, "pos_source": f"{cfg.pos_source}/{cfg.pos_file}", "ner_task": cfg.ner_task,
-               **{name: probe_layers(name, encoder, tokenizer, chosen, cfg.max_seq_length, device, name == "ner")
+               **{name: probe_layers(name, encoder, tokenizer, chosen, cfg.max_seq_length, cfg.batch_size, device,
+                                   name == "ner")
                   for name, chosen in probes.items()}}
     metrics["wall_sec"] = round(time.perf_counter() - t0, 2)
     with atomic_outputs(paths.stage_metrics("probe", model_name)) as (out,):

@@ -8,11 +8,11 @@ import sys
 import pyarrow.parquet as pq
 import torch
 from prefect import flow, get_run_logger
-from transformers import AutoTokenizer
 
 from tasks.core import paths
 from tasks.core.errors import ParamsError
 from tasks.core.io import atomic_outputs, write_json
+from tasks.core.model_dir import load_model, load_tokenizer
 from tasks.core.params import load_params
 from tasks.core.stage import run_stage, stage_task
 from tasks.downstream.downstream import FAMILIES
@@ -27,7 +27,7 @@ HEADS = {"classification": ScalarMixClassifier, "ner": ScalarMixTagger}
 def feature_based(task_name: str, model_dir, params, device) -> dict:
     spec = params.task(task_name)
     family, training = FAMILIES[spec.family], params.finetune.for_task(spec)
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    tokenizer = load_tokenizer(model_dir)
     tables = {s: pq.read_table(paths.downstream_split(task_name, s)) for s in ("train", "dev", "test")}
     labels = family.labels(tables)
     if labels is None:
@@ -35,7 +35,7 @@ def feature_based(task_name: str, model_dir, params, device) -> dict:
     data = {s: family.encode(t, tokenizer, training, labels) for s, t in tables.items()}
     seed = params.finetune.seeds[0]
     torch.manual_seed(seed)
-    model = HEADS[spec.family].from_pretrained(model_dir, len(labels), training.dropout)
+    model = load_model(model_dir, lambda path: HEADS[spec.family].from_pretrained(path, len(labels), training.dropout))
     train = fit(model, data["train"], epochs=training.epochs, batch_size=training.batch_size,
                 lr=params.scalar_mix.learning_rate, warmup_fraction=training.warmup_fraction,
                 weight_decay=training.weight_decay, max_grad_norm=training.max_grad_norm, seed=seed, device=device,

@@ -99,3 +99,64 @@ def test_task_training_overrides(tmp_path, raw):
     raw["tasks"]["sentiment"]["training"] = {"pooling": "max"}
     with pytest.raises(ParamsError, match=r"tasks.sentiment.training: pooling: Input should be 'mean' or 'cls'"):
         load_params(write(tmp_path, raw))
+
+
+# Fields that params.yaml may leave out because absence means "none" or "off" (no hidden
+# setting). Every other field with a code default must be written in params.yaml, where
+# DVC tracks it per key and `dvc exp run -S` can change it.
+ABSENT_MEANS_OFF = {"file", "text_field", "hub_id", "source", "files", "optional", "dynamic", "sentence_task",
+                    "mask", "random", "similar", "permute", "keep", "columns", "glue_task", "labels", "queries",
+                    "training", "user_dict", "path", "limit", "dev", "test", "licence"}
+
+
+def _unset_fields(model, where=""):
+    from pydantic import BaseModel
+    if isinstance(model, BaseModel):
+        for name in type(model).model_fields:
+            if name not in model.model_fields_set:
+                yield f"{where}.{name}"
+            yield from _unset_fields(getattr(model, name), f"{where}.{name}")
+    elif isinstance(model, dict):
+        for key, value in model.items():
+            yield from _unset_fields(value, f"{where}.{key}")
+    elif isinstance(model, list):
+        for i, value in enumerate(model):
+            yield from _unset_fields(value, f"{where}[{i}]")
+
+
+def test_every_result_changing_default_is_written_in_params_yaml():
+    params = load_params()
+    hidden = [f for f in _unset_fields(params) if f.rsplit(".", 1)[1] not in ABSENT_MEANS_OFF
+              and not (f.endswith(".scheme") and params.tasks[f.split(".")[2]].family == "classification")]
+    assert hidden == []
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda raw: raw.update(seed=-1), r"seed: Input should be greater than or equal to 0"),
+    (lambda raw: raw["tasks"]["sentiment"]["limit"].update(train=-5),
+     r"tasks.sentiment.limit.train: Input should be greater than 0"),
+    (lambda raw: raw["tasks"]["sentiment"].pop("split"),
+     r"tasks.sentiment: split: the files give no dev or test split; set split.dev"),
+    (lambda raw: raw["finetune"].pop("doc_stride"), r"finetune.doc_stride: Field required"),
+])
+def test_impossible_or_missing_values_name_the_key(tmp_path, raw, edit, message):
+    edit(raw)
+    with pytest.raises(ParamsError, match=message):
+        load_params(write(tmp_path, raw))
+
+
+def test_readme_cmrc2018_example_is_valid_and_leaves_room_for_context(tmp_path, raw):
+    """The README's own-MRC-data example validates, and its windows fit the pipeline models:
+    doc_stride + max_query_length + 3 special tokens < max_seq_length <= the pretrained positions."""
+    import re
+
+    from tests.conftest import ROOT
+    block = re.search(r"```yaml\n(sources:\n  cmrc2018:.*?)```", (ROOT / "README.md").read_text(), re.S).group(1)
+    example = yaml.safe_load(block)
+    raw["sources"].update(example["sources"])
+    raw["tasks"].update(example["tasks"])
+    raw["finetune"].update(example["finetune"])
+    params = load_params(write(tmp_path, raw))
+    training = params.finetune.for_task(params.task("cmrc2018"))
+    assert training.doc_stride + training.max_query_length + 3 < training.max_seq_length
+    assert training.max_seq_length <= params.pretraining_data.max_seq_length

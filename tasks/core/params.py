@@ -137,7 +137,7 @@ class Objective(_Strict):
     """A pretraining objective: token selection, replacement, sentence task, static or dynamic masking."""
 
     masking: str = Field(description=f"token selection: one of {', '.join(MASKING_SCHEMES)}")
-    replacement: Replacement = Replacement(mask=0.8, random=0.1, keep=0.1)
+    replacement: Replacement = Field(description="BERT's 80/10/10 is {mask: 0.8, random: 0.1, keep: 0.1}")
     sentence_task: str | None = Field(None, description=f"one of {', '.join(SENTENCE_TASKS)}, or null")
     dynamic: bool = Field(False, description="draw masks at batch time (RoBERTa) instead of in the data")
 
@@ -301,7 +301,8 @@ class Probe(_Strict):
     pos_file: str
     ner_task: str = Field(description="an NER task of tasks; its train and dev splits")
     sentences: ProbeSplit = Field(description="sentences per probe for training and testing it")
-    max_seq_length: PositiveInt = 128
+    max_seq_length: PositiveInt
+    batch_size: PositiveInt = Field(description="sentences per forward pass when extracting features")
 
 
 class ScalarMixParams(_Strict):
@@ -320,7 +321,7 @@ class Attributions(_Strict):
     correct: NonNegativeInt = Field(description="the most confident correct dev predictions shown")
     wrong: NonNegativeInt = Field(description="the most confident wrong dev predictions shown")
     max_tokens: PositiveInt = Field(description="only examples this short are shown (readable maps)")
-    steps: PositiveInt = Field(50, description="Integrated Gradients steps (Riemann sum)")
+    steps: PositiveInt = Field(description="Integrated Gradients steps (Riemann sum)")
 
 
 # --------------------------------------------------------------------------- models and training
@@ -354,7 +355,7 @@ class Pretrain(_Strict):
     max_grad_norm: float = Field(gt=0)
     log_every: int = Field(ge=1)
     checkpoint_every: int = Field(ge=1)
-    device: str = "auto"
+    device: str
 
 
 FAMILY_LOADERS = {
@@ -381,18 +382,21 @@ class Training(_Strict):
     weight_decay: float = Field(ge=0)
     max_grad_norm: float = Field(gt=0)
     dropout: float = Field(ge=0, lt=1, description="hidden and attention dropout while fine-tuning")
-    pooling: Literal["mean", "cls"] = Field(default="mean", description="classification: sentence vector "
+    eval_batch_size: int = Field(ge=1, description="examples per forward pass when predicting dev/test")
+    pooling: Literal["mean", "cls"] = Field(description="classification: sentence vector "
                                             "(tasks.downstream.classification.MeanPoolClassifier) or BERT's [CLS] pooler")
-    doc_stride: int = Field(default=64, ge=1, description="MRC: tokens shared by consecutive windows")
-    max_answer_length: int = Field(default=30, ge=1, description="MRC: longest answer, in tokens")
-    n_best: int = Field(default=20, ge=1, description="MRC: start/end candidates per window")
+    doc_stride: int = Field(ge=1, description="MRC: tokens shared by consecutive windows")
+    max_query_length: int = Field(ge=1, description="MRC: question tokens kept (BERT's run_squad: 64)")
+    max_answer_length: int = Field(ge=1, description="MRC: longest answer, in tokens")
+    n_best: int = Field(ge=1, description="MRC: start/end candidates per window")
 
 
 class TaskSplit(_Strict):
-    """Fractions carved (seeded) out of train for splits the data does not provide."""
+    """Fractions carved (seeded) out of train for splits the data does not provide; each split
+    the task's files lack must be given here (no hidden default)."""
 
-    dev: float = Field(default=0.1, gt=0, lt=1)
-    test: float = Field(default=0.1, gt=0, lt=1)
+    dev: float | None = Field(None, gt=0, lt=1)
+    test: float | None = Field(None, gt=0, lt=1)
 
 
 class DownstreamTask(_Strict):
@@ -404,8 +408,8 @@ class DownstreamTask(_Strict):
     files: dict[str, str] = Field(min_length=1, description="role (train/dev/test/all, positive/negative) -> file")
     metrics: list[str] = Field(min_length=1, description="the first one is the headline metric")
     split: TaskSplit = TaskSplit()
-    limit: dict[str, int] = Field(default_factory=dict, description="split -> max examples (seeded subset)")
-    malformed: Literal["fail", "skip", "repair"] = "repair"
+    limit: dict[str, PositiveInt] = Field(default_factory=dict, description="split -> max examples (seeded subset)")
+    malformed: Literal["fail", "skip", "repair"] = Field(description="records that break the format")
     glue_task: str | None = None
     columns: dict[str, str | None] = Field(default_factory=dict, description="text_a, text_b, label")
     labels: list[str] | None = None
@@ -425,6 +429,10 @@ class DownstreamTask(_Strict):
         bad = [k for k in self.limit if k not in SPLITS]
         if bad:
             raise ValueError(f"limit: unknown split(s) {', '.join(bad)}; known: {', '.join(SPLITS)}")
+        carved = [s for s in ("dev", "test") if s not in self.files and getattr(self.split, s) is None]
+        if carved:
+            raise ValueError(f"split: the files give no {' or '.join(carved)} split; set split.{carved[0]} "
+                             f"(the fraction of train carved out for it)")
         if self.loader == "glue" and not self.glue_task:
             raise ValueError("loader glue needs glue_task (e.g. SST-2)")
         bad = set(self.training) - set(Training.model_fields)
@@ -437,7 +445,7 @@ class Finetune(Training):
     baselines: list[str] = Field(description="models fine-tuned beside the compared objectives: random, hub_models")
     tasks: list[str] = Field(min_length=1)
     seeds: list[int] = Field(min_length=1)
-    device: str = "auto"
+    device: str
 
     def for_task(self, task: DownstreamTask) -> Training:
         """The knobs for ``task``: these defaults with the task's overrides."""
@@ -462,7 +470,7 @@ class HubModel(_Strict):
 
 
 class Params(_Strict):
-    seed: int
+    seed: NonNegativeInt
     sources: dict[str, Source]
     corpus: Corpus
     segment: Segment
