@@ -2,8 +2,6 @@
 on a resampled mixture with the extended vocabulary, and evaluate MLM accuracy and perplexity
 per language on held-out text, before (base model, embeddings resized) and after."""
 
-import hashlib
-import json
 import sys
 
 import numpy as np
@@ -13,7 +11,7 @@ from prefect import flow, get_run_logger
 from transformers import AutoTokenizer, BertForMaskedLM
 
 from tasks.core import paths
-from tasks.core.io import atomic_outputs, sha256_tree, write_json
+from tasks.core.io import atomic_outputs, write_json
 from tasks.core.params import load_params
 from tasks.core.stage import run_stage, stage_task
 from tasks.corpus.tokenize import random_token_ids
@@ -22,7 +20,7 @@ from tasks.multilingual.multilingual import read_documents
 from tasks.multilingual.vocabulary import resize_embeddings
 from tasks.pretraining.masking import MaskingConfig
 from tasks.pretraining.modeling import PretrainingModel
-from tasks.pretraining.pretrain import DynamicMasker, PretrainingExamples, train, write_log
+from tasks.pretraining.pretrain import DynamicMasker, PretrainingExamples, checkpoint_fingerprint, train, write_log
 from tasks.training.device import resolve_device
 
 
@@ -62,10 +60,11 @@ def continue_pretrain(mixture: str) -> None:
                            random_token_ids(tokenizer))
     data = PretrainingExamples(ids, offsets, word_ids=word_ids_for(ids, offsets), masker=masker)
     cfg = params.pretrain.model_copy(update=spec.pretrain.model_dump())
-    fingerprint = hashlib.sha256(json.dumps(
-        [params.pretrain.model_dump(), spec.pretrain.model_dump(), params.seed, mixture,
-         sha256_tree(paths.MIXTURES / f"{mixture}.parquet"), sha256_tree(paths.MODELS / spec.base_model)],
-        sort_keys=True).encode()).hexdigest()
+    # A checkpoint is reused only by a run with the same params and inputs (masking params included).
+    fingerprint = checkpoint_fingerprint(
+        "continue_pretrain", mixture, params.pretrain, spec.pretrain, params.pretraining_data, spec.base_model,
+        params.seed, data=[paths.MIXTURES / f"{mixture}.parquet", paths.MODELS / spec.base_model,
+                           paths.MULTILINGUAL_TOKENIZER])
     checkpoint = paths.CHECKPOINTS / "continue_pretrain" / mixture / "last.pt"
     logger.info(f"{mixture}: {len(data)} sequences, vocabulary {old_vocab} -> {len(tokenizer)}, device {device}")
     summary = stage_task(train)(PretrainingModel(model), data, cfg, seed=params.seed, device=device,

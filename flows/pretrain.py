@@ -2,8 +2,6 @@
 data (static or dynamic masking; MLM or PerLM head, plus NSP/SOP); resumable; saves a
 Hugging Face model + tokenizer to ``models/<objective>`` and the other heads beside it."""
 
-import hashlib
-import json
 import sys
 
 import pyarrow.parquet as pq
@@ -13,13 +11,13 @@ from safetensors.torch import save_file
 from transformers import AutoTokenizer
 
 from tasks.core import paths
-from tasks.core.io import atomic_outputs, sha256_tree, write_json
+from tasks.core.io import atomic_outputs, write_json
 from tasks.core.params import load_params
 from tasks.core.stage import run_stage, stage_task
 from tasks.corpus.similar_words import similar_words_from_table
 from tasks.corpus.tokenize import random_token_ids
 from tasks.pretraining.modeling import PretrainingModel, bert_config, new_masked_lm
-from tasks.pretraining.pretrain import DynamicMasker, PretrainingExamples, train, write_log
+from tasks.pretraining.pretrain import DynamicMasker, PretrainingExamples, checkpoint_fingerprint, train, write_log
 from tasks.pretraining.pretraining_data import masking_config, read_shards
 from tasks.training.device import resolve_device
 
@@ -46,10 +44,11 @@ def pretrain(objective: str) -> None:
                              predicts_positions=masking.predicts_positions,
                              sentence_task=spec.sentence_task is not None)
     device = resolve_device(params.pretrain.device)
-    # A checkpoint is reused only by a run with the same params and data.
-    fingerprint = hashlib.sha256(json.dumps(
-        [params.model.model_dump(), params.pretrain.model_dump(), spec.model_dump(), params.seed,
-         sha256_tree(data_dir)], sort_keys=True).encode()).hexdigest()
+    # A checkpoint is reused only by a run with the same params and inputs: the masking
+    # params (pretraining_data) act at batch time under dynamic masking.
+    fingerprint = checkpoint_fingerprint(
+        "pretrain", objective, params.model, params.pretrain, spec, params.pretraining_data, params.seed,
+        data=[data_dir, paths.TOKENIZER] + ([paths.LEXICON] if spec.dynamic and masking.similar else []))
     checkpoint = paths.CHECKPOINTS / "pretrain" / objective / "last.pt"
     n_params = sum(p.numel() for p in model.mlm.parameters())
     logger.info(f"{objective}: {len(data)} examples ({'dynamic' if spec.dynamic else 'static'} masking), "

@@ -9,10 +9,10 @@ import pytest
 import torch
 from transformers import BertConfig, BertForMaskedLM
 
-from tasks.core.params import Pretrain
+from tasks.core.params import Pretrain, PretrainingData
 from tasks.pretraining.masking import MaskingConfig, mask_batch
 from tasks.pretraining.modeling import PretrainingModel
-from tasks.pretraining.pretrain import DynamicMasker, PretrainingExamples, train
+from tasks.pretraining.pretrain import DynamicMasker, PretrainingExamples, checkpoint_fingerprint, train
 from tasks.training.batching import BatchSchedule
 from tasks.training.optim import learning_rate
 
@@ -40,7 +40,7 @@ def tiny_data(n=40, seed=0):
 
 def cfg(**kw):
     base = dict(token_budget=2000, batch_size=4, learning_rate=1e-3, warmup_fraction=0.1, weight_decay=0.01,
-                max_grad_norm=1.0, log_every=5, checkpoint_every=10)
+                max_grad_norm=1.0, log_every=5, checkpoint_every=10, device="cpu")
     return Pretrain(**{**base, **kw})
 
 
@@ -125,6 +125,86 @@ def test_stale_checkpoint_is_ignored(tmp_path):
           checkpoint=tmp_path / "c.pt", fingerprint="new", log=messages.append)
     assert any("ignoring stale checkpoint" in m for m in messages)
     assert not any(m.startswith("resuming") for m in messages)
+
+
+def run(checkpoint, fingerprint="f", model=None, log=None, **kw):
+    return train(model or tiny_model(), tiny_data(), cfg(**kw), seed=1, device=torch.device("cpu"),
+                 checkpoint=checkpoint, fingerprint=fingerprint, log=log or (lambda _: None))
+
+
+def killed_at_15(checkpoint, fingerprint="f"):
+    """A run killed at step 15, after writing its checkpoint of step 10."""
+    def stop_at_15(msg):
+        if msg.startswith("step 15/"):
+            raise KeyboardInterrupt
+    with pytest.raises(KeyboardInterrupt):
+        run(checkpoint, fingerprint, log=stop_at_15)
+    assert checkpoint.is_file()
+
+
+def assert_restarted_from_scratch(checkpoint, warning):
+    """Training with ``checkpoint`` logs ``warning``, does not resume, and gives the fresh run's result."""
+    messages = []
+    restarted = run(checkpoint, log=messages.append)
+    assert any(warning in m for m in messages), messages
+    assert not any(m.startswith("resuming") for m in messages)
+    fresh = run(checkpoint.with_name("fresh.pt"))
+    assert [r["loss"] for r in restarted["rows"]] == [r["loss"] for r in fresh["rows"]]
+
+
+def test_truncated_checkpoint_is_ignored_with_a_warning(tmp_path):
+    checkpoint = tmp_path / "last.pt"
+    killed_at_15(checkpoint)
+    size = checkpoint.stat().st_size
+    with open(checkpoint, "r+b") as f:
+        f.truncate(size // 2)
+    assert_restarted_from_scratch(checkpoint, "warning: ignoring unreadable checkpoint")
+
+
+class _RunsCode:
+    """Unpickling this runs Python code that creates a marker file."""
+
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        return exec, (f"open({str(self.marker)!r}, 'w').write('pwned')",)
+
+
+def test_crafted_checkpoint_runs_no_code_and_is_ignored(tmp_path):
+    checkpoint, marker = tmp_path / "last.pt", tmp_path / "marker"
+    killed_at_15(checkpoint)
+    state = torch.load(checkpoint, weights_only=True)
+    state["step"] = _RunsCode(marker)  # a real checkpoint, right fingerprint, one poisoned value
+    torch.save(state, checkpoint)
+    assert_restarted_from_scratch(checkpoint, "holds objects other than tensors and plain values")
+    assert not marker.exists()
+
+
+def test_fingerprint_covers_masking_params_and_data(tmp_path):
+    data_params = PretrainingData(max_seq_length=64, masked_lm_prob=0.15, max_predictions_per_seq=10,
+                                  ngram_probabilities=[1.0], dupe_factor=1, shard_size=100, workers=1)
+    shard = tmp_path / "data" / "shard-00000.parquet"
+    shard.parent.mkdir()
+    shard.write_bytes(b"one")
+    base = checkpoint_fingerprint(cfg(), data_params, 1, data=[shard.parent])
+    assert base == checkpoint_fingerprint(cfg(), data_params.model_copy(), 1, data=[shard.parent])
+    other_prob = checkpoint_fingerprint(cfg(), data_params.model_copy(update={"masked_lm_prob": 0.2}), 1,
+                                        data=[shard.parent])
+    assert other_prob != base
+    assert checkpoint_fingerprint(cfg(log_every=6), data_params, 1, data=[shard.parent]) != base
+    assert checkpoint_fingerprint(cfg(), data_params, 2, data=[shard.parent]) != base
+    shard.write_bytes(b"two")
+    assert checkpoint_fingerprint(cfg(), data_params, 1, data=[shard.parent]) != base
+
+    # a checkpoint written under one masking probability is not resumed under another
+    killed_at_15(tmp_path / "a.pt", fingerprint=base)
+    (tmp_path / "b.pt").write_bytes((tmp_path / "a.pt").read_bytes())
+    for checkpoint, fingerprint, expected in [("a.pt", other_prob, "ignoring stale checkpoint"),
+                                              ("b.pt", base, "resuming from")]:
+        messages = []
+        run(tmp_path / checkpoint, fingerprint=fingerprint, log=messages.append)
+        assert messages[0].startswith(expected)
 
 
 def pair_data(n=40, seed=0):

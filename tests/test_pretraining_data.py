@@ -1,10 +1,14 @@
 """Packing never crosses documents and keeps words; NSP/SOP pairs follow their rules; shards
 are deterministic and decode back; dynamic shards keep what batch-time masking needs."""
 
+import re
+
 import numpy as np
 import pytest
+import pyarrow as pa
 import pyarrow.parquet as pq
 
+from tasks.core.errors import SourceError
 from tasks.pretraining.masking import MaskingConfig
 from tasks.pretraining.pretraining_data import pack_documents, read_shards, sentence_pairs, write_shards
 
@@ -151,3 +155,23 @@ def test_dynamic_shards_hold_unmasked_rows_with_word_ids(tmp_path):
     row = table.slice(3, 1).to_pylist()[0]
     assert row["input_ids"] == packed.input_ids[3, :packed.lengths[3]].tolist()
     assert row["word_ids"] == packed.word_ids[3, :packed.lengths[3]].tolist()
+
+
+def test_truncated_shard_is_a_source_error_naming_it(tmp_path):
+    doc_ids, ids, words = sentences(50)
+    packed = pack_documents(doc_ids, ids, words, 64, CLS, SEP)
+    write_shards(packed, MaskingConfig(scheme="wwm"), tmp_path, objective="d", seed=0, dynamic=True,
+                 dupe_factor=1, shard_size=20, mask_token_id=MASK,
+                 random_token_ids=np.arange(1000, 2000, dtype=np.int32))
+    shard = sorted(tmp_path.glob("shard-*.parquet"))[1]
+    shard.write_bytes(shard.read_bytes()[:-100])
+    with pytest.raises(SourceError, match=rf"^{re.escape(str(shard))}: unreadable pretraining data shard \(.+\); rerun"):
+        read_shards(tmp_path)
+
+
+def test_shards_with_different_columns_are_a_source_error(tmp_path):
+    pq.write_table(pa.table({"input_ids": [[1, 2]], "word_ids": [[0, 0]]}), tmp_path / "shard-00000.parquet")
+    pq.write_table(pa.table({"input_ids": [[1, 2]]}), tmp_path / "shard-00001.parquet")
+    with pytest.raises(SourceError,
+                       match=r"shard-00001.parquet: columns \(input_ids: [^,]*\) differ from those of shard-00000"):
+        read_shards(tmp_path)

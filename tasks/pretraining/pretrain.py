@@ -9,26 +9,32 @@ order, same masks, same optimizer state, same result).
 
 Data order is a pure function of (seed, step) (:class:`tasks.training.batching.BatchSchedule`:
 seeded permutations, length-grouped batches), so a resumed run needs only the
-step number to continue the same stream.
+step number to continue the same stream. Checkpoints hold only tensors and plain
+values and are read with ``torch.load(weights_only=True)``: a crafted file runs no code.
 """
 
 from __future__ import annotations
 
 import csv
+import hashlib
+import json
 import math
 import os
+import pickle
 import resource
 import time
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterable
 
 import numpy as np
 import pyarrow as pa
 import torch
+from pydantic import BaseModel
 
 from tasks.core.errors import SourceError
+from tasks.core.io import sha256_tree
 from tasks.core.params import Pretrain
 from tasks.corpus.similar_words import SimilarWords
 from tasks.pretraining.masking import MaskingConfig, mask_batch
@@ -146,6 +152,21 @@ def peak_memory_mb(device: torch.device) -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def checkpoint_fingerprint(*parts, data: Iterable[Path] = ()) -> str:
+    """Hex SHA-256 identifying a training run, for :func:`train`'s rolling checkpoint.
+
+    Args:
+        parts: everything that changes the result: params objects (pydantic
+            models, hashed as their JSON ``model_dump``) and plain JSON values.
+        data: files or folders the run reads, hashed with :func:`tasks.core.io.sha256_tree`.
+    Returns:
+        The SHA-256 of the canonical JSON (sorted keys) of the parts and data hashes.
+    """
+    dumped = [p.model_dump(mode="json") if isinstance(p, BaseModel) else p for p in parts]
+    hashes = [sha256_tree(d) for d in data]
+    return hashlib.sha256(json.dumps([dumped, hashes], sort_keys=True).encode()).hexdigest()
+
+
 def _save_checkpoint(path: Path, state: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
@@ -153,13 +174,37 @@ def _save_checkpoint(path: Path, state: dict) -> None:
     os.replace(tmp, path)
 
 
+def _load_checkpoint(path: Path, fingerprint: str, log: Callable[[str], None]) -> dict | None:
+    """The state saved at ``path`` if it is readable and has ``fingerprint``, else None (logged)."""
+    if not path.is_file():
+        return None
+    try:  # weights_only: tensors and plain values only; unpickling a crafted file runs no code
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError:
+        log(f"warning: ignoring checkpoint {path}: it holds objects other than tensors and plain values "
+            "(corrupt, or not written by this pipeline); training from scratch")
+        return None
+    except Exception as e:  # truncated or corrupt (zip or storage errors): any means a restart
+        reason = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+        log(f"warning: ignoring unreadable checkpoint {path} ({reason}); training from scratch")
+        return None
+    if not isinstance(state, dict) or state.get("fingerprint") != fingerprint:
+        log(f"ignoring stale checkpoint {path} (params or data changed); training from scratch")
+        return None
+    return state
+
+
 def train(model: PretrainingModel, data: PretrainingExamples, cfg: Pretrain, *, seed: int, device: torch.device,
           checkpoint: Path, fingerprint: str, log: Callable[[str], None] = print) -> dict:
     """Pretrain ``model`` on ``data`` for ``cfg.token_budget`` tokens; resume from ``checkpoint``.
 
     Args:
-        checkpoint: file of the rolling checkpoint; it is used only if its
-            ``fingerprint`` (hash of params and data) matches, and deleted at the end.
+        checkpoint: file of the rolling checkpoint, written every ``cfg.checkpoint_every``
+            steps (the caller deletes it once the model is saved). It is resumed only if
+            its ``fingerprint`` (:func:`checkpoint_fingerprint`) matches; a stale,
+            truncated or unreadable one is logged and training starts from scratch.
+        fingerprint: identifies the run (params and data).
+        log: receives progress lines and warnings.
     Returns:
         Summary: steps, tokens, final loss, wall time, throughput, peak memory, and
         the log rows (``LOG_FIELDS``).
@@ -168,16 +213,15 @@ def train(model: PretrainingModel, data: PretrainingExamples, cfg: Pretrain, *, 
     model.to(device).train()
     opt = optimizer_for(model, cfg.learning_rate, cfg.weight_decay)
     step, tokens, rows, elapsed_before = 0, 0, [], 0.0
-    if checkpoint.is_file():
-        state = torch.load(checkpoint, map_location=device, weights_only=False)
-        if state.get("fingerprint") == fingerprint:
-            model.load_state_dict(state["model"])
-            opt.load_state_dict(state["optimizer"])
-            torch.set_rng_state(state["rng"])
-            step, tokens, rows, elapsed_before = state["step"], state["tokens"], state["rows"], state["elapsed"]
-            log(f"resuming from {checkpoint} at step {step}/{total}")
-        else:
-            log(f"ignoring stale checkpoint {checkpoint} (params or data changed)")
+    state = _load_checkpoint(checkpoint, fingerprint, log)
+    if state is not None:
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["optimizer"])  # moves the state to the parameters' device
+        torch.set_rng_state(state["rng"])
+        if device.type == "cuda" and "cuda_rng" in state:  # dropout on GPU draws from the CUDA generator
+            torch.cuda.set_rng_state(state["cuda_rng"], device)
+        step, tokens, rows, elapsed_before = state["step"], state["tokens"], state["rows"], state["elapsed"]
+        log(f"resuming from {checkpoint} at step {step}/{total}")
     else:
         torch.manual_seed(seed)
 
@@ -206,10 +250,14 @@ def train(model: PretrainingModel, data: PretrainingExamples, cfg: Pretrain, *, 
             log(f"step {step}/{total} loss {rows[-1]['loss']:.4f} acc {rows[-1]['token_accuracy']:.3f} "
                 f"{rows[-1]['tokens_per_sec']:.0f} tokens/s")
         if step % cfg.checkpoint_every == 0 and step < total:
-            _save_checkpoint(checkpoint, {"fingerprint": fingerprint, "model": model.state_dict(),
-                                          "optimizer": opt.state_dict(), "rng": torch.get_rng_state(),
-                                          "step": step, "tokens": tokens, "rows": rows,
-                                          "elapsed": elapsed_before + time.perf_counter() - t0})
+            # The data order and the dynamic masks are pure functions of (seed, step): ``step``
+            # is their whole state; numpy's and Python's global generators are not used.
+            state = {"fingerprint": fingerprint, "model": model.state_dict(), "optimizer": opt.state_dict(),
+                     "rng": torch.get_rng_state(), "step": step, "tokens": tokens, "rows": rows,
+                     "elapsed": elapsed_before + time.perf_counter() - t0}
+            if device.type == "cuda":
+                state["cuda_rng"] = torch.cuda.get_rng_state(device)
+            _save_checkpoint(checkpoint, state)
     wall = elapsed_before + time.perf_counter() - t0
     last = rows[-1] if rows else {}
     return {"steps": total, "tokens": tokens, "final_loss": last.get("loss"),

@@ -334,13 +334,29 @@ def write_shards(packed: Packed, config: MaskingConfig, out_dir: Path, *, object
     return stats
 
 
+def _columns(table: pa.Table) -> str:
+    return ", ".join(f"{field.name}: {field.type}" for field in table.schema)
+
+
 def read_shards(folder: Path) -> pa.Table:
     """All shards of a pretraining data folder, in order.
 
     Raises:
-        SourceError: the folder holds no shard.
+        SourceError: the folder holds no shard, a shard is unreadable (e.g.
+            truncated), or the shards' columns differ; the message names the shard.
     """
     files = sorted(Path(folder).glob("shard-*.parquet"))
     if not files:
         raise SourceError(f"{folder}: no pretraining data shards (run the pretraining_data stage)")
-    return pa.concat_tables(pq.read_table(f) for f in files)
+    tables = []
+    for f in files:
+        try:
+            tables.append(pq.read_table(f))
+        except (pa.ArrowException, OSError) as e:
+            reason = (str(e).strip().splitlines() or [type(e).__name__])[0]
+            raise SourceError(f"{f}: unreadable pretraining data shard ({reason}); "
+                              "rerun the pretraining_data stage") from None
+        if not tables[-1].schema.equals(tables[0].schema):
+            raise SourceError(f"{f}: columns ({_columns(tables[-1])}) differ from those of {files[0].name} "
+                              f"({_columns(tables[0])}); rerun the pretraining_data stage")
+    return pa.concat_tables(tables)
