@@ -3,7 +3,6 @@ segments for NSP/SOP, and mask them with the objective's scheme (static: ``dupe_
 masked copies; dynamic: the sequences, masked later at batch time)."""
 
 import sys
-import zlib
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -13,6 +12,7 @@ from transformers import AutoTokenizer
 from tasks.core import paths
 from tasks.core.io import atomic_outputs, write_json
 from tasks.core.params import load_params
+from tasks.core.rng import named_rng
 from tasks.core.stage import run_stage, stage_task
 from tasks.corpus.similar_words import lexicon_ids, similar_words_from_table
 from tasks.corpus.tokenize import random_token_ids
@@ -43,7 +43,7 @@ def pretraining_data(objective: str) -> None:
                   reserve=1 if spec.sentence_task else 0)
     stats = {"objective": objective}
     if spec.sentence_task:
-        packed, pair_stats = sentence_pairs(packed, spec.sentence_task, np.random.default_rng([params.seed, zlib.crc32(f"{objective}/pairs".encode())]),
+        packed, pair_stats = sentence_pairs(packed, spec.sentence_task, named_rng(params.seed, f"{objective}/pairs"),
                                             tokenizer.cls_token_id, tokenizer.sep_token_id)
         stats.update(sentence_task=spec.sentence_task, **pair_stats)
     similar = similar_words_from_table(pq.read_table(paths.LEXICON)) if masking.similar else None

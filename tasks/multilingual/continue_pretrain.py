@@ -15,13 +15,13 @@ reports accuracy and perplexity exp(mean cross-entropy) over those positions.
 from __future__ import annotations
 
 import math
-import zlib
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from transformers import BertForMaskedLM, PreTrainedTokenizerBase
 
+from tasks.core.rng import named_rng
 from tasks.pretraining.masking import MaskingConfig, mask_batch
 from tasks.pretraining.pretraining_data import pack_documents
 from tasks.training.batching import pad_batch
@@ -72,7 +72,7 @@ def evaluate_mlm(model: BertForMaskedLM, ids: np.ndarray, offsets: np.ndarray, *
     """
     config = MaskingConfig(scheme="mlm", masked_lm_prob=masked_lm_prob, max_predictions=max_predictions,
                            mask=1.0, random=0.0)
-    rng = np.random.default_rng([seed, zlib.crc32(lang.encode())])
+    rng = named_rng(seed, lang)
     words = word_ids_for(ids, offsets)
     model.to(device).eval()
     loss_sum, correct, count = 0.0, 0, 0

@@ -34,7 +34,6 @@ from __future__ import annotations
 import fnmatch
 import json
 import unicodedata
-import zlib
 from collections import defaultdict
 from html.parser import HTMLParser
 from pathlib import Path
@@ -48,6 +47,7 @@ import pyarrow.parquet as pq
 from tasks.core.errors import SourceError
 from tasks.core.io import numbered_lines
 from tasks.core.params import Multilingual, MultilingualInput
+from tasks.core.rng import named_rng
 from tasks.core.text import normalise
 
 SCHEMA = pa.schema([("doc_id", pa.string()), ("lang", pa.string()), ("script", pa.string()),
@@ -158,7 +158,7 @@ def heldout_mask(n: int, fraction: float, max_documents: int, seed: int, lang: s
     if n < 2:
         return mask
     k = min(max(1, round(fraction * n)), max_documents, n - 1)
-    rng = np.random.default_rng([seed, zlib.crc32(lang.encode())])
+    rng = named_rng(seed, lang)
     mask[rng.permutation(n)[:k]] = True
     return mask
 

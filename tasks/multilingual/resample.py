@@ -27,9 +27,9 @@ than once above any other). The drawn documents are then shuffled together.
 
 from __future__ import annotations
 
-import zlib
-
 import numpy as np
+
+from tasks.core.rng import named_rng
 
 
 def sampling_probabilities(documents: np.ndarray, mean_lengths: np.ndarray, alpha: float,
@@ -116,7 +116,7 @@ def resample(langs: list[str], lengths: np.ndarray, alpha: float, beta: float, t
 
     rows, stats = [], {}
     for k, (lang, idx) in enumerate(zip(names[order], members)):
-        picked = idx[draw(len(idx), int(m[k]), np.random.default_rng([seed, zlib.crc32(str(lang).encode())]))]
+        picked = idx[draw(len(idx), int(m[k]), named_rng(seed, str(lang)))]
         rows.append(picked)
         stats[str(lang)] = {"documents": int(n[k]), "tokens": int(c[k]), "mean_length": float(mean[k]),
                             "probability": float(p[k]), "drawn_documents": int(m[k]),

@@ -23,7 +23,6 @@ import os
 import pickle
 import resource
 import time
-import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
@@ -36,6 +35,7 @@ from pydantic import BaseModel
 from tasks.core.errors import SourceError
 from tasks.core.io import sha256_tree
 from tasks.core.params import Pretrain
+from tasks.core.rng import named_rng
 from tasks.corpus.similar_words import SimilarWords
 from tasks.pretraining.masking import MaskingConfig, mask_batch
 from tasks.pretraining.modeling import PretrainingModel
@@ -64,7 +64,7 @@ class DynamicMasker:
     similar: SimilarWords | None = None
 
     def __call__(self, input_ids: np.ndarray, word_ids: np.ndarray, lex_ids: np.ndarray | None, step: int):
-        rng = np.random.default_rng([self.seed, zlib.crc32(self.objective.encode()), step])
+        rng = named_rng(self.seed, self.objective, step)
         return mask_batch(input_ids, word_ids, self.config, rng, mask_token_id=self.mask_token_id,
                           random_token_ids=self.random_token_ids, lex_ids=lex_ids, similar=self.similar)
 

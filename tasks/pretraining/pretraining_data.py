@@ -29,7 +29,6 @@ sentence_label    int8            NSP: 1 = B is from another document; SOP: 1 = 
 
 from __future__ import annotations
 
-import zlib
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -41,6 +40,7 @@ import pyarrow.parquet as pq
 from tasks.core.errors import SourceError
 from tasks.core.io import write_parquet
 from tasks.core.params import Objective, PretrainingData
+from tasks.core.rng import named_rng
 from tasks.corpus.similar_words import SimilarWords
 from tasks.pretraining.masking import MaskingConfig, mask_batch
 
@@ -245,7 +245,7 @@ def sentence_pairs(packed: Packed, task: str, rng: np.random.Generator, cls_id: 
 def shard_rng(seed: int, objective: str, copy: int, shard: int) -> np.random.Generator:
     """The generator of one shard: a pure function of (seed, objective, copy, shard),
     so shards can be made in any order or in parallel with identical results."""
-    return np.random.default_rng([seed, zlib.crc32(objective.encode()), copy, shard])
+    return named_rng(seed, objective, copy, shard)
 
 
 def _shard_table(rows: Packed, batch=None, with_lex: bool = False, with_pairs: bool = False) -> pa.Table:

@@ -10,6 +10,8 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
+from tasks.core.rng import named_rng
+
 
 def ragged(column: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, np.ndarray]:
     """``(values, offsets)`` of an Arrow list column (zero-copy where possible)."""
@@ -73,7 +75,7 @@ class BatchSchedule:
         self._epoch, self._batches = -1, np.empty((0, batch_size), dtype=np.int64)
 
     def _epoch_batches(self, epoch: int) -> np.ndarray:
-        rng = np.random.default_rng([self.seed, epoch])
+        rng = named_rng(self.seed, epoch)
         perm = rng.permutation(len(self.lengths))[: self.per_epoch * self.batch_size]
         chunk = self.bucket * self.batch_size
         for start in range(0, len(perm), chunk):
