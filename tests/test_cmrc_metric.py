@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from tasks.downstream import cmrc_metric
 from tasks.downstream.cmrc_metric import evaluate, exact_match, f1_score, gold_answers, longest_common_run, mixed_segmentation
 
 CASES = [
@@ -59,6 +60,17 @@ CASES = [
     (["第3届"], "3届会议", 0, 4 / 7),
     # no overlap at all
     (["上海"], "北京", 0, 0.0),
+    # The trained English punkt model keeps the abbreviations "inc." and "mr." whole inside a
+    # run (an untrained punkt splits off the period); each F1 below differs under that split.
+    # [apple inc. ltd 公 司] vs [apple inc. ltd]: run 3, P 1, R 3/5 -> 0.75 (split: R 4/6 -> 0.8)
+    (["Apple Inc. Ltd 公司"], "Apple Inc. Ltd", 0, 0.75),
+    # [apple inc. ltd] vs [apple inc]: "inc." != "inc", run [apple] = 1, P 1/2, R 1/3 -> 0.4 (split: 2/3)
+    (["Apple Inc. Ltd"], "Apple Inc", 0, 0.4),
+    # [mr. 10 号] vs [10 号]: run 2, P 1, R 2/3 -> 0.8 (split [mr . 10 号]: R 2/4 -> 2/3)
+    (["Mr. 10号"], "10号", 0, 0.8),
+    # [mr. 10 号] vs [mr]: "mr." != "mr", no common segment -> 0 (split: P 1, R 1/4 -> 0.4)
+    (["Mr. 10号"], "Mr", 0, 0.0),
+    (["Mr. 10号"], "mr. 10号", 1, 1.0),
 ]
 
 
@@ -73,6 +85,75 @@ def test_segmentation():
     assert mixed_segmentation("《红楼梦》") == ["《", "红", "楼", "梦", "》"]
     assert mixed_segmentation("《红楼梦》", remove_punctuation=True) == ["红", "楼", "梦"]
     assert mixed_segmentation("Hello, world. It's 3.5 km") == ["hello", ",", "world", ".", "it", "'s", "3.5", "km"]
+
+
+def test_trained_punkt_keeps_english_abbreviations_whole():
+    assert mixed_segmentation("Apple Inc. Ltd 公司") == ["apple", "inc.", "ltd", "公", "司"]
+    assert mixed_segmentation("Mr. 10号") == ["mr.", "10", "号"]
+    # a final period is still split off by the word tokenizer, abbreviation or not
+    assert mixed_segmentation("Apple Inc.") == ["apple", "inc", "."]
+
+
+def test_punkt_model_is_nltks_english_punkt_tab():
+    """Fingerprint of NLTK's English punkt_tab model: table sizes and a few entries as in
+    tokenizers/punkt_tab/english/{abbrev_types.txt,collocations.tab,sent_starters.txt,ortho_context.tab}."""
+    from punkt.data import english
+
+    # sizes from the package (the tokenizer's ortho_context, a defaultdict as in NLTK, grows on lookups)
+    assert (len(english.ABBREV_TYPES), len(english.COLLOCATIONS), len(english.SENT_STARTERS),
+            len(english.ORTHO_CONTEXT)) == (156, 37, 39, 20366)
+    params = cmrc_metric._word_tokenizers()[0]._params
+    assert {"inc", "ltd", "mr", "mrs", "dr", "u.s", "ph.d"} <= params.abbrev_types
+    assert ("##number##", "international") in params.collocations and "however" in params.sent_starters
+    assert params.ortho_context["him"] == 96 and params.ortho_context["never-seen-word"] == 0
+
+
+def _write_punkt_tab(params, lang_dir: Path) -> None:
+    """The four punkt_tab files NLTK's own loader (load_punkt_params) reads."""
+    lang_dir.mkdir(parents=True)
+    (lang_dir / "abbrev_types.txt").write_text("\n".join(sorted(params.abbrev_types)), encoding="utf-8")
+    (lang_dir / "sent_starters.txt").write_text("\n".join(sorted(params.sent_starters)), encoding="utf-8")
+    (lang_dir / "collocations.tab").write_text("\n".join(f"{a}\t{b}" for a, b in sorted(params.collocations)),
+                                               encoding="utf-8")
+    (lang_dir / "ortho_context.tab").write_text(
+        "\n".join(f"{w}\t{n}" for w, n in sorted(params.ortho_context.items())), encoding="utf-8")
+
+
+TEXTS = ["apple inc. ltd ", "mr. 10", "dr. smith went to washington. he met mrs. jones.", "u.s. 3.5 km, e.g. foo",
+         "it's mr. x's car. the end", "hello, world. it's 3.5 km", "  ", "〇〇"]
+
+
+def test_word_tokenize_equals_nltk_word_tokenize_with_the_same_model(tmp_path, monkeypatch):
+    """Built by hand, the tokenizer equals nltk.word_tokenize loading the same model as punkt_tab files."""
+    import nltk
+    from nltk.tokenize import _get_punkt_tokenizer
+
+    _write_punkt_tab(cmrc_metric._word_tokenizers()[0]._params, tmp_path / "tokenizers" / "punkt_tab" / "english")
+    monkeypatch.setattr(nltk.data, "path", [str(tmp_path)])
+    _get_punkt_tokenizer.cache_clear()
+    try:
+        for text in TEXTS:
+            assert cmrc_metric._word_tokenize(text) == nltk.word_tokenize(text), text
+    finally:
+        _get_punkt_tokenizer.cache_clear()
+
+
+def test_tokenizer_needs_no_nltk_data_and_no_unpickling(tmp_path, monkeypatch):
+    import pickle
+
+    import nltk
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("unpickling attempted")
+
+    monkeypatch.setattr(nltk.data, "path", [str(tmp_path)])  # no punkt data anywhere
+    for name in ("load", "loads", "Unpickler"):
+        monkeypatch.setattr(pickle, name, refuse)
+    cmrc_metric._word_tokenizers.cache_clear()
+    try:
+        assert cmrc_metric._word_tokenize("mr. 10") == ["mr.", "10"]
+    finally:
+        cmrc_metric._word_tokenizers.cache_clear()
 
 
 def test_longest_common_run_is_contiguous():

