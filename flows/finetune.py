@@ -54,6 +54,8 @@ def finetune(model_name: str, task_name: str) -> None:
     tables = {s: pq.read_table(f) for s, f in files.items()}
     labels = family.labels(tables)
     data = {s: family.encode(t, tokenizer, training, labels) for s, t in tables.items()}
+    # truncation (NER) and answers no window holds (MRC): counted, never silently lost
+    encoding = {s: d.stats for s, d in data.items() if getattr(d, "stats", None)}
     device = resolve_device(cfg.device)
     runs, predictions = [], {}
     for seed in cfg.seeds:
@@ -62,7 +64,7 @@ def finetune(model_name: str, task_name: str) -> None:
         runs.append(result)
     summary = {split: {m: summarize([r[split][m] for r in runs]) for m in spec.metrics} for split in ("dev", "test")}
     metrics = {"model": model_name, "task": task_name, "family": spec.family, "headline": spec.metrics[0],
-               "seeds": cfg.seeds, "training": training.model_dump(), "runs": runs, **summary}
+               "seeds": cfg.seeds, "encoding": encoding, "training": training.model_dump(), "runs": runs, **summary}
     name = paths.finetune_name(model_name, task_name)
     with atomic_outputs(paths.PREDICTIONS / name, paths.stage_metrics("finetune", name)) as (out, metrics_file):
         out.mkdir(parents=True)

@@ -7,8 +7,10 @@ import torch
 from transformers import BertTokenizerFast
 
 from tasks.core.errors import SourceError
+from tasks.core.params import DownstreamTask
 from tasks.downstream.classification import (EncodedClassification, classification_metrics, deduplicate,
                                              read_polarity_lines, split_examples, split_table)
+from tasks.downstream.downstream import prepare_task
 from tasks.downstream.finetune import summarize
 
 
@@ -20,6 +22,45 @@ def test_dedupe_collapses_duplicates_and_drops_conflicts(tmp_path):
     assert examples == [("不错！", 1), ("很好", 1), ("很差", 0)]
     assert stats == {"lines": 7, "unique_texts": 4, "duplicate_lines": 3, "conflicting_texts_dropped": 1,
                      "examples": 3}
+
+
+def polarity_task(raw, positive: list[str], negative: list[str]) -> DownstreamTask:
+    (raw / "pol").mkdir(exist_ok=True)
+    (raw / "pol" / "pos.txt").write_text("".join(f"{t}\n" for t in positive), encoding="utf-8")
+    (raw / "pol" / "neg.txt").write_text("".join(f"{t}\n" for t in negative), encoding="utf-8")
+    return DownstreamTask(family="classification", loader="polarity_lines", source="pol",
+                          files={"positive": "pos.txt", "negative": "neg.txt"}, metrics=["accuracy"],
+                          split={"dev": 0.25, "test": 0.25}, malformed="fail")
+
+
+def test_prepare_task_counts_classes_per_split(tmp_path):
+    spec = polarity_task(tmp_path, [f"好{i}" for i in range(20)], [f"差{i}" for i in range(20)])
+    tables, stats = prepare_task("pol", spec, tmp_path, seed=1)
+    for split, table in tables.items():
+        counts = stats["labels"][split]
+        assert set(counts) == {"0", "1"} and sum(counts.values()) == table.num_rows
+
+
+def test_conflicting_labels_leaving_one_class_raise(tmp_path):
+    # Every negative text is also positive: deduplication drops them all, leaving one class.
+    texts = [f"一般{i}" for i in range(20)]
+    spec = polarity_task(tmp_path, texts + [f"好{i}" for i in range(20)], texts)
+    with pytest.raises(SourceError, match=r"task 'pol': fewer than 2 classes \(class: count\) in split\(s\) "
+                                          r"train \{'1': 10\}; dev \{'1': 5\}; test \{'1': 5\} after dropping "
+                                          r"20 text\(s\) with conflicting labels"):
+        prepare_task("pol", spec, tmp_path, seed=1)
+
+
+def test_one_class_split_from_a_file_is_named(tmp_path):
+    (tmp_path / "t").mkdir()
+    (tmp_path / "t" / "train.csv").write_text("text,label\n" + "".join(f"t{i},{i % 2}\n" for i in range(8)))
+    (tmp_path / "t" / "dev.csv").write_text("text,label\na,1\nb,1\nc,1\n")
+    spec = DownstreamTask(family="classification", loader="table", source="t", columns={"text_a": "text"},
+                          files={"train": "train.csv", "dev": "dev.csv"}, metrics=["accuracy"],
+                          split={"test": 0.25}, malformed="fail")
+    with pytest.raises(SourceError, match=r"task 't': fewer than 2 classes \(class: count\) in split\(s\) "
+                                          r"dev \{'1': 3\}$"):
+        prepare_task("t", spec, tmp_path, seed=1)
 
 
 def test_bad_encoding_names_file_and_line(tmp_path):

@@ -364,3 +364,21 @@ def test_regression_encoding_gives_float_labels_and_mse(tokenizer):
     cls = EncodedClassification.encode(table.set_column(3, "label", pa.array([1, 0, 1], pa.int64())),
                                        tokenizer, 16)
     assert not cls.regression and cls.batch(np.array([0]))["labels"].dtype == torch.int64
+
+
+def test_fields_over_the_csv_limit_name_file_and_line(tmp_path):
+    big = "长" * 131073
+    (tmp_path / "t.csv").write_text(f"text,label\nok,1\n{big},0\n", encoding="utf-8")
+    with pytest.raises(SourceError, match=r"t\.csv:3: unreadable CSV record \(a field longer than 131072 characters"):
+        read_table(tmp_path / "t.csv", "text", None, "label", Issues("skip"))
+    # an unclosed quote swallows the following lines: the record's first line is named
+    (tmp_path / "q.csv").write_text('text,label\nok,1\n"open,0\n' + "row,1\n" * 30000, encoding="utf-8")
+    with pytest.raises(SourceError, match=r"q\.csv:3: .*is a quote left open\?"):
+        read_table(tmp_path / "q.csv", "text", None, "label", Issues("skip"))
+    (tmp_path / "train.tsv").write_text(f"sentence\tlabel\nok\t1\n{big}\t0\nfine\t1\n", encoding="utf-8")
+    with pytest.raises(SourceError, match=r"train\.tsv:3: unreadable line \(a field longer than 131072"):
+        read_glue(tmp_path / "train.tsv", "SST-2", Issues("fail"))
+    issues = Issues("skip")
+    assert read_glue(tmp_path / "train.tsv", "SST-2", issues).column("id").to_pylist() == ["SST-2-train-2",
+                                                                                          "SST-2-train-4"]
+    assert issues.counts == {"csv_skipped": 1}

@@ -133,3 +133,17 @@ def test_json_lines_declared_as_txt_is_refused(tmp_path):
 def test_empty_corpus_names_the_sources():
     with pytest.raises(SourceError, match="empty corpus.*source\\(s\\) a, b"):
         build_corpus([("a", "zh", [["  "]]), ("b", "zh", [])], set(), 2)
+
+
+def test_csv_documents_over_128_kb_are_read_and_csv_errors_named(tmp_path, monkeypatch):
+    from tasks.corpus.ingest import read_documents
+    from tasks.core.errors import SourceError
+    long = "长" * 200_000
+    good = tmp_path / "docs.csv"
+    good.write_text(f'text\n"{long}"\n短文\n', encoding="utf-8")
+    assert [d[0] for d in read_documents(good, "csv", "text")] == [long, "短文"]
+    monkeypatch.setattr("tasks.corpus.ingest.CSV_FIELD_LIMIT", 1000)  # csv's own errors become one line
+    bad = tmp_path / "bad.csv"
+    bad.write_text(f'text\nfine\n"{long}"\n', encoding="utf-8")
+    with pytest.raises(SourceError, match=r"bad.csv:\d+: unreadable CSV record"):
+        list(read_documents(bad, "csv", "text"))

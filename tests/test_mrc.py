@@ -185,6 +185,28 @@ def test_answer_in_overlap_is_labelled_in_both_windows():
         (4 + 7, 4 + 8), (4 + 0, 4 + 1), (0, 0), (0, 0)]
 
 
+def test_answers_that_no_window_contains_are_counted():
+    tok = make_tokenizer(LONG + "问题")
+    # doc_stride 1: 11 context tokens a window advancing 10, windows [0, 11) [10, 21) [20, 30);
+    # characters 9..11 and 19..21 straddle a boundary, so no window holds them whole.
+    across, across2, inside = (LONG[9:12], 9), (LONG[19:22], 19), (LONG[2:5], 2)
+    examples = [MrcExample("target_across", "问题", LONG, (across, inside)),
+                MrcExample("other_across", "问题", LONG, (inside, across2)),
+                MrcExample("unlabelled", "问题", LONG, ()),
+                MrcExample("fine", "问题", LONG, (inside,))]
+    features = MrcFeatures.encode(examples, tok, max_length=16, doc_stride=1)
+    assert features.stats == {"examples": 4, "features": 12, "questions_answer_in_no_window": 1,
+                              "answers_in_no_window": 2}
+    # the uncounted questions have a labelled window, the counted one none
+    labelled = {examples[e].id for e in features.example_index[features.start_positions > 0]}
+    assert labelled == {"other_across", "fine"}
+    # a wider overlap (windows advancing 3) holds every answer whole
+    wide = MrcFeatures.encode(examples, tok, max_length=16, doc_stride=8)
+    assert wide.stats["questions_answer_in_no_window"] == wide.stats["answers_in_no_window"] == 0
+    assert MrcFeatures.encode([], tok, max_length=16, doc_stride=1).stats == {
+        "examples": 0, "features": 0, "questions_answer_in_no_window": 0, "answers_in_no_window": 0}
+
+
 def test_offsets_survive_spaces_case_and_long_questions():
     context = "他说 Hello 世界，ABC公司在北京。"
     example = MrcExample("x", "问" * 10, context, (("ABC公司", context.index("ABC")),))

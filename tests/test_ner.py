@@ -72,7 +72,19 @@ MALFORMED = {
     "tag": ("bio", None, "张 B-PER\n三 E-PER\n\n好 O\n", 2, None),  # E- is not a BIO prefix
     "bio": ("bio", None, "在 O\n京 I-LOC\n\n好 O\n", 2, ["O", "B-LOC"]),
     "bio_type_change": ("bio", None, "张 B-PER\n京 I-LOC\n\n好 O\n", 2, ["B-PER", "B-LOC"]),
-    "bio_bmes_lone_end": ("bmes", None, "在 O\n京 E-LOC\n\n好 O\n", 2, ["O", "B-LOC"]),
+    # Broken BMES/BIOES sequences; repaired as conlleval reads them.
+    "sequence_lone_end": ("bmes", None, "在 O\n京 E-LOC\n\n好 O\n", 2, ["O", "B-LOC"]),
+    "sequence_lone_middle": ("bmes", None, "在 O\n北 M-LOC\n京 E-LOC\n\n好 O\n", 2, ["O", "B-LOC", "I-LOC"]),
+    "sequence_begin_begin": ("bmes", None, "张 B-PER\n李 B-PER\n四 E-PER\n\n好 O\n", 2,
+                             ["B-PER", "B-PER", "I-PER"]),
+    "sequence_begin_outside": ("bmes", None, "张 B-PER\n说 O\n\n好 O\n", 2, ["B-PER", "O"]),
+    "sequence_end_end": ("bmes", None, "张 B-PER\n三 E-PER\n丰 E-PER\n\n好 O\n", 3, ["B-PER", "I-PER", "B-PER"]),
+    "sequence_single_middle": ("bmes", None, "京 S-LOC\n北 M-LOC\n城 E-LOC\n\n好 O\n", 2,
+                               ["B-LOC", "B-LOC", "I-LOC"]),
+    "sequence_type_change": ("bmes", None, "张 B-PER\n京 E-LOC\n\n好 O\n", 2, ["B-PER", "B-LOC"]),
+    "sequence_open_at_end": ("bmes", None, "在 O\n张 B-PER\n\n好 O\n", 2, ["O", "B-PER"]),
+    "sequence_bioes_inside_after_single": ("bioes", None, "京 S-LOC\n城 I-LOC\n市 E-LOC\n\n好 O\n", 2,
+                                           ["B-LOC", "B-LOC", "I-LOC"]),
     "label": ("bio", ["O", "B-PER", "I-PER"], "北 B-LOC\n京 I-LOC\n张 B-PER\n\n好 O\n", 1, ["O", "O", "B-PER"]),
 }
 
@@ -82,6 +94,40 @@ def test_malformed_fail_names_file_and_line(tmp_path, case):
     scheme, labels, text, line, _ = MALFORMED[case]
     with pytest.raises(SourceError, match=rf"f.txt:{line}: "):
         read_conll(write(tmp_path, text), scheme, Issues("fail"), labels=labels)
+
+
+@pytest.mark.parametrize("case, pair", [
+    ("sequence_begin_begin", "B-PER B-PER"), ("sequence_begin_outside", "B-PER O"),
+    ("sequence_end_end", "E-PER E-PER"), ("sequence_single_middle", "S-LOC M-LOC"),
+    ("sequence_lone_middle", "O M-LOC"), ("sequence_type_change", "B-PER E-LOC")])
+def test_broken_sequence_message_shows_the_two_tags(tmp_path, case, pair):
+    scheme, labels, text, line, _ = MALFORMED[case]
+    with pytest.raises(SourceError, match=rf"f.txt:{line}: broken BMES sequence '{pair}'"):
+        read_conll(write(tmp_path, text), scheme, Issues("fail"), labels=labels)
+
+
+def test_sequences_do_not_continue_across_sentences(tmp_path):
+    path = write(tmp_path, "北 B-LOC\n\n京 E-LOC\n")
+    with pytest.raises(SourceError, match="f.txt:1: broken BMES sequence: B-LOC is not closed by E-LOC before the "
+                                          "sentence end"):
+        read_conll(path, "bmes", Issues("fail"))
+    issues = Issues("skip")
+    assert read_conll(path, "bmes", issues) == [] and issues.counts == {"sequence_skipped": 2}
+
+
+def test_valid_sequences_read_as_the_plain_prefix_mapping(tmp_path):
+    # Every legal transition of each scheme; no problem is reported and tags map prefix by prefix.
+    files = {"bmes": "中 B-ORG\n国 M-ORG\n银 M-ORG\n行 E-ORG\n张 B-PER\n三 E-PER\n京 S-LOC\n沪 S-LOC\n"
+                     "在 O\n李 S-PER\n北 B-LOC\n京 E-LOC\n\n王 B-PER\n五 E-PER\n",
+             "bioes": "中 B-ORG\n国 I-ORG\n队 E-ORG\n京 S-LOC\n张 B-PER\n三 E-PER\n在 O\n\n沪 S-LOC\n",
+             "bio": "张 B-PER\n李 B-PER\n四 I-PER\n京 B-LOC\n在 O\n沪 B-LOC\n城 I-LOC\n市 I-LOC\n"}
+    to_bio = {"B": "B", "M": "I", "I": "I", "E": "I", "S": "B"}
+    for scheme, text in files.items():
+        issues = Issues("fail")
+        sents = read_conll(write(tmp_path, text), scheme, issues)
+        expected = [[t if t == "O" else f"{to_bio[t[0]]}{t[1:]}" for t in block.split()[1::2]]
+                    for block in text.strip().split("\n\n")]
+        assert [s.tags for s in sents] == expected and not issues.counts
 
 
 @pytest.mark.parametrize("case", MALFORMED)

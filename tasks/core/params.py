@@ -444,7 +444,7 @@ class DownstreamTask(_Strict):
 class Finetune(Training):
     baselines: list[str] = Field(description="models fine-tuned beside the compared objectives: random, hub_models")
     tasks: list[str] = Field(min_length=1)
-    seeds: list[int] = Field(min_length=1)
+    seeds: list[NonNegativeInt] = Field(min_length=1)
     device: str
 
     def for_task(self, task: DownstreamTask) -> Training:

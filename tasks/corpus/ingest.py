@@ -125,15 +125,23 @@ def _read_jsonl(path: Path, text_field: str) -> Iterator[list[str]]:
         yield [record[text_field]]
 
 
+# A pretraining document may be a whole article: allow fields far beyond csv's 128 KB default.
+CSV_FIELD_LIMIT = 2**31 - 1
+
+
 def _read_csv(path: Path, text_field: str) -> Iterator[list[str]]:
     text = "\n".join(line for _, line in numbered_lines(path))
+    csv.field_size_limit(CSV_FIELD_LIMIT)
     reader = csv.DictReader(io.StringIO(text))
-    if reader.fieldnames is None or text_field not in reader.fieldnames:
-        raise SourceError(f"{path}:1: CSV header has no column {text_field!r} (columns: {reader.fieldnames})")
-    for row in reader:
-        if row[text_field] is None:
-            raise SourceError(f"{path}:{reader.line_num}: row has fewer columns than the header")
-        yield [row[text_field]]
+    try:
+        if reader.fieldnames is None or text_field not in reader.fieldnames:
+            raise SourceError(f"{path}:1: CSV header has no column {text_field!r} (columns: {reader.fieldnames})")
+        for row in reader:
+            if row[text_field] is None:
+                raise SourceError(f"{path}:{reader.line_num}: row has fewer columns than the header")
+            yield [row[text_field]]
+    except csv.Error as exc:
+        raise SourceError(f"{path}:{reader.line_num}: unreadable CSV record ({exc}; an unclosed quote?)") from None
 
 
 def _read_parquet(path: Path, text_field: str) -> Iterator[list[str]]:

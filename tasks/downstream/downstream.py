@@ -119,7 +119,8 @@ def prepare_task(name: str, spec: DownstreamTask, raw_dir: Path, seed: int) -> t
         ``({split: table}, stats)``; stats hold the rows per split, the label or
         entity distribution and the malformed-record counts.
     Raises:
-        SourceError: a file is missing or malformed under ``malformed: fail``, or a split is empty.
+        SourceError: a file is missing or malformed under ``malformed: fail``, a split is empty,
+            or a classification split has fewer than 2 classes (names the split and its class counts).
     """
     issues = Issues(spec.malformed)
     rng = np.random.default_rng(seed)
@@ -154,6 +155,11 @@ def prepare_task(name: str, spec: DownstreamTask, raw_dir: Path, seed: int) -> t
         stats["labels"] = {s: dict(sorted(zip(*np.unique(t.column("label").to_numpy(), return_counts=True))))
                            for s, t in parts.items()}
         stats["labels"] = {s: {str(k): int(v) for k, v in d.items()} for s, d in stats["labels"].items()}
+        few = [f"{s} {stats['labels'][s]}" for s in ("train", "dev", "test") if len(stats["labels"][s]) < 2]
+        if few:
+            dropped = stats.get("deduplication", {}).get("conflicting_texts_dropped")
+            raise SourceError(f"task {name!r}: fewer than 2 classes (class: count) in split(s) {'; '.join(few)}"
+                              + (f" after dropping {dropped} text(s) with conflicting labels" if dropped else ""))
     elif spec.family == "ner":
         stats["entities"] = {s: _entity_counts(t) for s, t in parts.items()}
     stats["malformed"] = issues.to_dict()
@@ -211,7 +217,7 @@ def _classification_labels(tables: dict[str, pa.Table]) -> list[str] | None:
 
 
 def _evaluate_classification(model, data, table, training, labels, metrics, device):
-    logits = np.concatenate(predict(model, data, batch_size=128, device=device)["logits"])
+    logits = np.concatenate(predict(model, data, batch_size=training.eval_batch_size, device=device)["logits"])
     pred = logits[:, 0] if labels is None else logits.argmax(-1)
     gold = table.column("label").to_numpy()
     rows = [{"id": i, "label": g.item(), "prediction": p.item()}
@@ -220,7 +226,7 @@ def _evaluate_classification(model, data, table, training, labels, metrics, devi
 
 
 def _evaluate_ner(model, data, table, training, labels, metrics, device):
-    logits = predict(model, data, batch_size=128, device=device)["logits"]
+    logits = predict(model, data, batch_size=training.eval_batch_size, device=device)["logits"]
     pred = decode_tags(logits, data, labels)
     gold = table.column("tags").to_pylist()
     result = ner_metrics(gold, pred)
@@ -230,7 +236,7 @@ def _evaluate_ner(model, data, table, training, labels, metrics, device):
 
 
 def _evaluate_mrc(model, data, table, training, labels, metrics, device):
-    out = predict(model, data, batch_size=128, device=device, outputs=("start_logits", "end_logits"))
+    out = predict(model, data, batch_size=training.eval_batch_size, device=device, outputs=("start_logits", "end_logits"))
     examples = mrc_examples(table)
     answers = decode_spans(out["start_logits"], out["end_logits"], data, examples, n_best=training.n_best,
                            max_answer_length=training.max_answer_length)
@@ -257,7 +263,7 @@ FAMILIES: dict[str, Family] = {
         model=lambda path, labels, training: AutoModelForQuestionAnswering.from_pretrained(
             path, **_dropout(training.dropout)),
         encode=lambda table, tok, training, labels: MrcFeatures.encode(
-            mrc_examples(table), tok, training.max_seq_length, training.doc_stride),
+            mrc_examples(table), tok, training.max_seq_length, training.doc_stride, training.max_query_length),
         evaluate=_evaluate_mrc),
 }
 

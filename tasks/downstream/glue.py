@@ -162,9 +162,23 @@ def table_labels(table: pa.Table) -> list[str] | None:
     return json.loads(meta[b"labels"]) if b"labels" in meta else None
 
 
+FIELD_LIMIT = 131072  # csv's default, set explicitly: the corpus reader raises the process-wide limit
+
+
 def _lines(path: Path) -> Iterator[str]:
     """Decoded lines of ``path`` with their line endings, as ``csv`` wants them."""
+    csv.field_size_limit(FIELD_LIMIT)
     return (line for _, line in numbered_lines(path, keep_ends=True))
+
+
+def _csv_problem(exc: csv.Error, quoted: bool) -> str:
+    """What :mod:`csv` could not read, in words. Its field size limit (131072 characters)
+    is kept on purpose: no model reads a text that long, so such a field means a
+    broken file (with quoting, a quote left open runs on to the end of the file)."""
+    if "field larger than field limit" not in str(exc):
+        return str(exc)
+    return (f"a field longer than {csv.field_size_limit()} characters, the csv limit"
+            + ("; is a quote left open?" if quoted else ""))
 
 
 def _drop(issues: Issues, where: str, kind: str, detail: str) -> None:
@@ -205,7 +219,8 @@ def read_glue(path: Path, task: str, issues: Issues) -> pa.Table:
     Malformed records (reported to ``issues``, never repaired):
 
     * ``columns``: a row whose column count differs from the header's (or 4 for CoLA);
-    * ``csv``: a line :mod:`csv` cannot split (a stray carriage return);
+    * ``csv``: a line :mod:`csv` cannot split (a stray carriage return, a field
+      over the csv limit of 131072 characters);
     * ``label``: a label not in the task's label list, or for STS-B not a number in
       [0, 5];
     * ``text``: a text empty after normalisation.
@@ -225,7 +240,7 @@ def read_glue(path: Path, task: str, issues: Issues) -> pa.Table:
         except StopIteration:
             raise SourceError(f"{path}: empty file, expected a {spec.name} header") from None
         except csv.Error as exc:
-            raise SourceError(f"{path}:1: unreadable header ({exc})") from None
+            raise SourceError(f"{path}:1: unreadable header ({_csv_problem(exc, quoted=False)})") from None
         wanted = [c for c in (spec.text_a, spec.text_b, spec.label) if c is not None]
         missing = [c for c in wanted if c not in header]
         if missing:
@@ -244,7 +259,7 @@ def read_glue(path: Path, task: str, issues: Issues) -> pa.Table:
         except StopIteration:
             break
         except csv.Error as exc:
-            _drop(issues, f"{path}:{reader.line_num}", "csv", f"unreadable line ({exc})")
+            _drop(issues, f"{path}:{reader.line_num}", "csv", f"unreadable line ({_csv_problem(exc, quoted=False)})")
             continue
         if not row:
             continue
@@ -404,7 +419,7 @@ def _read_csv(path: Path, columns: list[str]) -> tuple[dict[str, list], list[str
     except StopIteration:
         raise SourceError(f"{path}: empty file, expected a header line") from None
     except csv.Error as exc:
-        raise SourceError(f"{path}:1: unreadable header ({exc})") from None
+        raise SourceError(f"{path}:1: unreadable header ({_csv_problem(exc, quoted=True)})") from None
     missing = [c for c in columns if c not in header]
     if missing:
         raise SourceError(f"{path}:1: no column(s) {', '.join(map(repr, missing))} (has {', '.join(header)})")
@@ -414,12 +429,13 @@ def _read_csv(path: Path, columns: list[str]) -> tuple[dict[str, list], list[str
     # Rows with the wrong column count get a _BadRow in every column, so that they
     # are reported in order with the rest.
     while True:
+        first = reader.line_num + 1  # a quoted field may span lines: name the line its record starts on
         try:
             row = next(reader)
         except StopIteration:
             break
         except csv.Error as exc:
-            raise SourceError(f"{path}:{reader.line_num}: unreadable CSV ({exc})") from None
+            raise SourceError(f"{path}:{first}: unreadable CSV record ({_csv_problem(exc, quoted=True)})") from None
         if not row:
             continue
         wheres.append(f"{path}:{reader.line_num}")
@@ -449,8 +465,9 @@ def read_table(path: Path, text_a: str, text_b: str | None, label: str, issues: 
 
     Raises:
         SourceError: an unknown format, a missing column, a non-text text column,
-            an unreadable file, invalid UTF-8 (naming the file, and the line for
-            CSV); under ``fail``, the first malformed record.
+            an unreadable file (for CSV also a field over the csv limit of 131072
+            characters, usually an unclosed quote), invalid UTF-8 (naming the file,
+            and the line for CSV); under ``fail``, the first malformed record.
     """
     path = Path(path)
     columns = [c for c in (text_a, text_b, label) if c is not None]

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
@@ -293,6 +293,12 @@ class MrcFeatures:
             feature) of the first answer's first and last token, or 0 (``[CLS]``)
             when the feature's window does not contain the whole answer or the
             example has no answer.
+        stats: ``examples``, ``features``; ``questions_answer_in_no_window``:
+            questions with answers whose first answer (the training target) no
+            window wholly contains, so that every feature of theirs is labelled
+            ``[CLS]`` (an answer across a window boundary when ``doc_stride`` is
+            small, or longer than a window); ``answers_in_no_window``: gold
+            answers (all of them) that no window wholly contains.
     """
 
     ids: np.ndarray
@@ -302,6 +308,7 @@ class MrcFeatures:
     example_index: np.ndarray
     start_positions: np.ndarray
     end_positions: np.ndarray
+    stats: dict = field(default_factory=dict)
 
     @classmethod
     def encode(cls, examples: Sequence[MrcExample], tokenizer: PreTrainedTokenizerBase, max_length: int,
@@ -314,7 +321,8 @@ class MrcFeatures:
         stride=doc_stride, return_offsets_mapping=True``: contexts that do not
         fit ``max_length`` tokens are split into windows, consecutive windows
         sharing ``doc_stride`` tokens (Hugging Face semantics: ``doc_stride`` is
-        the overlap, not BERT's step).
+        the overlap, not BERT's step). Answers that no window wholly contains
+        are counted in :attr:`stats` (their questions train on ``[CLS]`` only).
 
         Args:
             examples: the examples; features refer to them by index.
@@ -335,7 +343,7 @@ class MrcFeatures:
         empty = np.zeros(0, dtype=np.int64)
         if not examples:
             return cls(np.zeros(0, np.int32), np.zeros(0, np.int8), np.zeros((0, 2), np.int32),
-                       np.zeros(1, np.int64), empty, empty, empty)
+                       np.zeros(1, np.int64), empty, empty, empty, _stats([], 0))
 
         questions = [ex.question.lstrip() for ex in examples]
         q_enc = tokenizer(questions, add_special_tokens=False, return_offsets_mapping=True,
@@ -353,6 +361,7 @@ class MrcFeatures:
                         return_offsets_mapping=True, return_attention_mask=False)
 
         n = len(enc["input_ids"])
+        inside = [np.zeros(len(ex.answers), bool) for ex in examples]  # answer wholly inside some window
         ids, types, spans = [], [], []
         starts, ends = np.zeros(n, np.int64), np.zeros(n, np.int64)
         example_index = np.asarray(enc["overflow_to_sample_mapping"], dtype=np.int64)
@@ -363,12 +372,15 @@ class MrcFeatures:
             ids.append(np.asarray(enc["input_ids"][f], dtype=np.int32))
             types.append(np.asarray(enc["token_type_ids"][f], dtype=np.int8))
             spans.append(span)
-            example = examples[example_index[f]]
-            if example.answers:
-                starts[f], ends[f] = _label(span, *example.answers[0])
+            e = example_index[f]
+            for a, answer in enumerate(examples[e].answers):
+                position = _label(span, *answer)
+                if a == 0:
+                    starts[f], ends[f] = position
+                inside[e][a] |= position != (0, 0)
         lengths = np.array([len(x) for x in ids], dtype=np.int64)
         return cls(np.concatenate(ids), np.concatenate(types), np.concatenate(spans),
-                   np.concatenate([[0], np.cumsum(lengths)]), example_index, starts, ends)
+                   np.concatenate([[0], np.cumsum(lengths)]), example_index, starts, ends, _stats(inside, n))
 
     def __len__(self) -> int:
         return len(self.example_index)
@@ -398,6 +410,13 @@ class MrcFeatures:
                 "attention_mask": torch.from_numpy(valid.astype(np.int64)),
                 "start_positions": torch.from_numpy(self.start_positions[index].astype(np.int64)),
                 "end_positions": torch.from_numpy(self.end_positions[index].astype(np.int64))}
+
+
+def _stats(inside: list[np.ndarray], features: int) -> dict:
+    """:attr:`MrcFeatures.stats` from, per example, whether each answer lies wholly inside some window."""
+    return {"examples": len(inside), "features": features,
+            "questions_answer_in_no_window": sum(int(len(i) > 0 and not i[0]) for i in inside),
+            "answers_in_no_window": sum(int((~i).sum()) for i in inside)}
 
 
 def _label(span: np.ndarray, text: str, start: int) -> tuple[int, int]:

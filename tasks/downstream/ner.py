@@ -55,7 +55,21 @@ def _entity_types(labels: list[str]) -> set[str]:
     return {label[2:] if label[:2] in ("B-", "I-") else label for label in labels if label != "O"}
 
 
-def _check_sentence(rows: list[tuple[int, list[str]]], path: Path, scheme: dict[str, str],
+def _sequence_error(previous: str | None, tag: str) -> str:
+    """Why ``tag`` cannot follow ``previous`` (None: the sentence start) in BIOES/BMES, or ``""`` if it can.
+
+    ``B-X`` and ``I-``/``M-X`` leave an entity open, which only ``I-``/``M-X`` and
+    ``E-X`` may follow; ``I-``/``M-``/``E-X`` need an open ``X`` entity.
+    """
+    inside = tag[:2] in ("I-", "M-", "E-")
+    if previous is not None and previous[:2] in ("B-", "I-", "M-"):
+        if not inside:
+            return f"{previous} is not closed by E-{previous[2:]}"
+        return "" if tag[2:] == previous[2:] else "the entity type changes inside an entity"
+    return f"{tag} has no open {tag[2:]} entity to continue" if inside else ""
+
+
+def _check_sentence(rows: list[tuple[int, list[str]]], path: Path, scheme: str,
                     types: set[str] | None, issues: Issues) -> tuple[list[str], list[str]] | None:
     """``(tokens, BIO tags)`` of one sentence's ``(line number, columns)`` rows, or None to drop it.
 
@@ -66,26 +80,43 @@ def _check_sentence(rows: list[tuple[int, list[str]]], path: Path, scheme: dict[
         if len(columns) != 2:
             issues.found(f"{path}:{number}", "columns", f"expected 'token tag', got {len(columns)} column(s)")
             return None
-    tokens, tags = [], []
+    prefixes = SCHEMES[scheme]
+    closed = "E" in prefixes  # BIOES/BMES: the source sequence itself can be checked
+    tokens: list[str] = []
+    tags: list[str] = []
+    previous = None  # source tag of the previous token
     for number, (token, tag) in rows:
         where = f"{path}:{number}"
         prefix, _, kind = tag.partition("-")
-        if tag != "O" and (prefix not in scheme or not kind):
-            issues.found(where, "tag", f"tag {tag!r} is not in the {'/'.join(scheme)}/O scheme")
+        if tag != "O" and (prefix not in prefixes or not kind):
+            issues.found(where, "tag", f"tag {tag!r} is not in the {'/'.join(prefixes)}/O scheme")
             return None
-        bio = "O" if tag == "O" else f"{scheme[prefix]}-{kind}"
+        broken = closed and _sequence_error(previous, tag)
+        if broken:
+            pair = f"{previous} {tag}" if previous else f"{tag} at the sentence start"
+            if not issues.found(where, "sequence", f"broken {scheme.upper()} sequence '{pair}': {broken}",
+                                repairable=True):
+                return None
+        bio = "O" if tag == "O" else f"{prefixes[prefix]}-{kind}"
         if bio != "O" and types is not None and kind not in types:
             if not issues.found(where, "label", f"entity type {kind!r} is not in the label set", repairable=True):
                 return None
             bio = "O"
-        if bio.startswith("I-") and (not tags or tags[-1][2:] != kind):
+        # conlleval reads an I- (M-, E-) after E- or S- as starting a new entity.
+        if bio.startswith("I-") and (not tags or tags[-1][2:] != kind or (broken and previous[0] in "ES")):
             after = tags[-1] if tags else "the sentence start"
-            if not issues.found(where, "bio", f"{tag} ({bio}) after {after} does not continue an entity",
-                                repairable=True):
+            if not broken and not issues.found(where, "bio", f"{tag} ({bio}) after {after} does not continue "
+                                               "an entity", repairable=True):
                 return None
             bio = f"B-{kind}"  # conlleval: an I- that starts an entity is a B-
         tokens.append(normalise(token))
         tags.append(bio)
+        previous = tag
+    if closed and previous[:2] in ("B-", "I-", "M-"):
+        # Repair: none needed, the open entity ends with the sentence.
+        if not issues.found(f"{path}:{rows[-1][0]}", "sequence", f"broken {scheme.upper()} sequence: {previous} "
+                            f"is not closed by E-{previous[2:]} before the sentence end", repairable=True):
+            return None
     return tokens, tags
 
 
@@ -106,8 +137,16 @@ def read_conll(path: Path, scheme: str, issues: Issues, labels: list[str] | None
     * ``columns``: a line without exactly two columns; no repair, the sentence is dropped;
     * ``tag``: a tag that is not ``O`` nor ``<prefix>-<type>`` of ``scheme``; no repair;
     * ``label``: an entity type outside ``labels`` (when given); repair: the tag becomes ``O``;
-    * ``bio``: after conversion, an ``I-X`` that follows neither ``B-X`` nor ``I-X``;
-      repair: it becomes ``B-X`` (the ``conlleval`` convention).
+    * ``bio`` (scheme ``bio``): an ``I-X`` that follows neither ``B-X`` nor ``I-X``;
+      repair: it becomes ``B-X`` (the ``conlleval`` convention);
+    * ``sequence`` (schemes ``bioes``, ``bmes``): a broken tag sequence, checked on
+      the file's own tags: ``B-X``/``M-X`` (``I-X``) not continued by ``M-X``/``E-X``
+      (``B-X B-X``, ``B-X O``, ``B-X`` at the sentence end), ``M-X``/``E-X`` without
+      an open ``X`` entity (``E-X E-X``, ``S-X M-X``, at the sentence start), or a
+      type change inside an entity (``B-X E-Y``); the message shows the two tags.
+      Repair: the ``conlleval`` reading, where an entity starts at ``B-``/``S-`` or
+      at an ``M-``/``E-`` that continues no open entity of its type, and ends before
+      the next start or ``O`` (``B-X E-X E-X`` -> ``B-X I-X B-X``).
 
     A problem that is not repaired (policy ``skip``, or no repair known) drops the
     whole sentence. Sentence ids are ``<id_prefix or file stem>-<n>``, ``n`` counting
@@ -135,7 +174,7 @@ def read_conll(path: Path, scheme: str, issues: Issues, labels: list[str] | None
     def close() -> None:
         nonlocal count
         if rows:
-            checked = _check_sentence(rows, path, SCHEMES[scheme], types, issues)
+            checked = _check_sentence(rows, path, scheme, types, issues)
             if checked is not None:
                 sentences.append(NerSentence(f"{prefix}-{count:06d}", *checked))
             count += 1
