@@ -3,7 +3,9 @@
 The DAG is declared once, in ``dvc.yaml``; this flow reads it through DVC's API
 and runs each stage as a Prefect task (``dvc repro --single-item <stage>``), in
 dependency order, so the Prefect UI shows every stage with its state, duration
-and logs, and a failed stage is retried. DVC decides whether a stage's
+and logs. A stage that failed on bad input or params (it printed ``error: ...``)
+fails at once with that line as its message; any other failure (killed, out of
+memory, crash) is retried once. DVC decides whether a stage's
 dependencies changed; Prefect caching is off (``NO_CACHE``), so Prefect never
 skips a stage DVC wants to rerun.
 
@@ -18,6 +20,7 @@ from __future__ import annotations
 import argparse
 import subprocess
 import sys
+from collections import deque
 
 import networkx as nx
 from prefect import flow, get_run_logger
@@ -39,18 +42,53 @@ def stage_order(repo_root: str = ".") -> list[str]:
         return [s.addressing for s in order if s in runnable]
 
 
-@stage_task(retries=1, retry_delay_seconds=10, task_run_name="{stage}")
-def repro_stage(stage: str, force: bool = False) -> None:
-    """``dvc repro --single-item <stage>``; DVC skips it when nothing it depends on changed.
-    The stage's output is streamed into this task's log."""
+class StageFailed(RuntimeError):
+    """A stage failed; ``user_error`` when it reported bad input or params (``error: ...``),
+    which a rerun would only repeat."""
+
+    def __init__(self, message: str, user_error: bool):
+        super().__init__(message)
+        self.user_error = user_error
+
+
+def repro_command(stage: str, force: bool = False) -> list[str]:
+    return ["dvc", "repro", "--single-item", stage] + (["--force"] if force else [])
+
+
+def run_logged(cmd: list[str], stage: str) -> None:
+    """Run ``cmd``, streaming its output into the task log.
+
+    Raises:
+        StageFailed: it exited non-zero; the message holds the stage's ``error:``
+            lines (see :func:`tasks.core.stage.run_stage`), else its last lines of output.
+    """
     logger = get_run_logger()
-    cmd = ["dvc", "repro", "--single-item", stage] + (["--force"] if force else [])
+    errors: list[str] = []
+    tail: deque[str] = deque(maxlen=5)
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     assert proc.stdout is not None
     for line in proc.stdout:
-        logger.info(line.rstrip())
+        line = line.rstrip()
+        logger.info(line)
+        if line.startswith("error: "):
+            errors.append(line)
+        elif line.strip():
+            tail.append(line)
     if proc.wait() != 0:
-        raise RuntimeError(f"stage {stage} failed (dvc repro exit status {proc.returncode})")
+        cause = " | ".join(errors or tail) or "no output"
+        raise StageFailed(f"stage {stage} failed (exit status {proc.returncode}): {cause}", user_error=bool(errors))
+
+
+def _transient(task, task_run, state) -> bool:
+    """Retry condition: anything but a reported user error may pass on a second try."""
+    return not (isinstance(state.data, StageFailed) and state.data.user_error)
+
+
+@stage_task(retries=1, retry_delay_seconds=10, retry_condition_fn=_transient, task_run_name="{stage}")
+def repro_stage(stage: str, force: bool = False) -> None:
+    """``dvc repro --single-item <stage>``; DVC skips it when nothing it depends on changed.
+    The stage's output is streamed into this task's log."""
+    run_logged(repro_command(stage, force), stage)
 
 
 @flow(name="pipeline")

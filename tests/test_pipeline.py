@@ -1,7 +1,15 @@
 """The whole-pipeline Prefect flow: its stage order comes from dvc.yaml, and its
-scheduled deployment can be built (without waiting for cron)."""
+scheduled deployment can be built (without waiting for cron), and a failed stage says why
+and is retried only when a rerun may pass."""
 
-from flows.pipeline import DEPLOYMENT, deployment, stage_order
+import sys
+
+import pytest
+
+import flows.pipeline as pipeline_module
+from prefect import flow
+
+from flows.pipeline import DEPLOYMENT, StageFailed, deployment, repro_stage, stage_order
 from tests.conftest import ROOT
 
 
@@ -26,3 +34,38 @@ def test_nightly_deployment_can_be_built():
     dep = deployment("30 1 * * *")
     assert dep.name == DEPLOYMENT and dep.flow_name == "pipeline"
     assert [s.schedule.cron for s in dep.schedules] == ["30 1 * * *"]
+
+
+@flow
+def one_stage(stage: str) -> None:
+    """A pipeline of one stage, without the 10 s wait before a retry."""
+    repro_stage.with_options(retry_delay_seconds=0)(stage)
+
+
+@pytest.mark.parametrize("script, user_error", [
+    ("import sys; print('loading'); print('error: bad params: seed: must be >= 0', file=sys.stderr); sys.exit(1)", True),
+    ("import os, signal; print('training'); os.kill(os.getpid(), signal.SIGKILL)", False),
+    ("import sys; print('Killed'); sys.exit(137)", False),
+], ids=["user-error", "sigkill", "exit-137"])
+def test_stage_failures_carry_their_cause_and_only_crashes_are_retried(script, user_error, prefect_server, tmp_path,
+                                                                       monkeypatch):
+    attempts = tmp_path / "attempts"
+    counted = f"open({str(attempts)!r}, 'a').write('x'); {script}"
+    monkeypatch.setattr(pipeline_module, "repro_command", lambda stage, force=False: [sys.executable, "-c", counted])
+    with pytest.raises(StageFailed) as failure:
+        one_stage("train@x")
+    assert attempts.read_text() == ("x" if user_error else "xx")
+    message = str(failure.value)
+    assert message.startswith("stage train@x failed") and failure.value.user_error is user_error
+    if user_error:
+        assert message.endswith("error: bad params: seed: must be >= 0") and "loading" not in message
+    else:
+        assert "exit status" in message and ("training" in message or "Killed" in message)
+
+
+def test_a_passing_stage_runs_once(prefect_server, tmp_path, monkeypatch):
+    attempts = tmp_path / "attempts"
+    monkeypatch.setattr(pipeline_module, "repro_command",
+                        lambda stage, force=False: [sys.executable, "-c", f"open({str(attempts)!r}, 'a').write('x')"])
+    one_stage("ok")
+    assert attempts.read_text() == "x"

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import sys
+import urllib.error
+import urllib.request
 from typing import Callable
 
 from prefect import task
@@ -19,11 +21,36 @@ def stage_task(fn: Callable | None = None, **options):
     return task(fn, **options) if fn is not None else task(**options)
 
 
+def check_prefect_api(timeout: float = 3.0) -> None:
+    """Fail fast when ``PREFECT_API_URL`` names a server that does not answer (Prefect
+    would otherwise fail deep inside the flow with a connection traceback). Unset, the
+    flow starts a temporary server of its own. Any HTTP answer counts: only the
+    connection matters here.
+
+    Raises:
+        PipelineError: nothing answers at the URL.
+    """
+    from prefect.settings import PREFECT_API_URL
+
+    url = PREFECT_API_URL.value()
+    if not url:
+        return
+    try:
+        urllib.request.urlopen(f"{url.rstrip('/')}/health", timeout=timeout).close()
+    except urllib.error.HTTPError:
+        pass
+    except (OSError, ValueError):  # URLError, refused, timed out, malformed URL
+        raise PipelineError(f"no Prefect server answers at {url} (unset PREFECT_API_URL to use a temporary one, "
+                            "or start one with `prefect server start`)") from None
+
+
 def run_stage(flow: Callable, *args: str) -> None:
     """Run a stage's flow as a program: a :class:`PipelineError` (bad input or
-    params) prints one ``error:`` line naming the culprit and exits with status 1."""
+    params, an unreachable Prefect server) prints one ``error:`` line naming the
+    culprit and exits with status 1."""
     quiet_user_errors()
     try:
+        check_prefect_api()
         flow(*args)
     except PipelineError as exc:
         print(f"error: {exc}", file=sys.stderr)

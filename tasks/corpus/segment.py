@@ -9,8 +9,11 @@ that is what whole word masking needs.
 
 from __future__ import annotations
 
+import ctypes
 import logging
-from concurrent.futures import ProcessPoolExecutor
+import multiprocessing
+import os
+import signal
 from pathlib import Path
 
 import pyarrow as pa
@@ -21,9 +24,28 @@ _tokenizer = None
 _hmm = True
 
 
-def _init_worker(user_dict: str | None, hmm: bool) -> None:
+def _die_with_parent(parent: int) -> None:
+    """Make this worker die with its parent. Forked workers inherit the parent's
+    SIGTERM handler (Prefect's raises an exception, which a pool worker reports
+    and survives), so restore the default; ask Linux to send SIGTERM when the
+    parent dies (even by SIGKILL); leave Ctrl-C to the parent, which then
+    terminates the pool."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux: the parent's pool.terminate() still applies
+        pass
+    if os.getppid() != parent:  # the parent died before prctl took effect
+        os._exit(1)
+
+
+def _init_worker(user_dict: str | None, hmm: bool, parent: int | None = None) -> None:
     global _tokenizer, _hmm
     import jieba
+
+    if parent is not None:
+        _die_with_parent(parent)
 
     jieba.setLogLevel(logging.WARNING)
     _tokenizer = jieba.Tokenizer()
@@ -57,8 +79,11 @@ def segment_texts(texts: list[str], *, hmm: bool = True, user_dict: str | None =
     if workers == 1 or len(chunks) == 1:
         _init_worker(user_dict, hmm)
         return [words for chunk in chunks for words in _cut_chunk(chunk)]
-    with ProcessPoolExecutor(workers, initializer=_init_worker, initargs=(user_dict, hmm)) as pool:
-        return [words for result in pool.map(_cut_chunk, chunks) for words in result]
+    # multiprocessing.Pool, unlike ProcessPoolExecutor, terminates its workers when the
+    # block exits on an exception (Prefect's TerminationSignal on SIGTERM, Ctrl-C)
+    # instead of waiting for every queued chunk; map() keeps the input order.
+    with multiprocessing.Pool(workers, initializer=_init_worker, initargs=(user_dict, hmm, os.getpid())) as pool:
+        return [words for result in pool.map(_cut_chunk, chunks, chunksize=1) for words in result]
 
 
 def add_words(table: pa.Table, **kwargs) -> pa.Table:

@@ -1,0 +1,102 @@
+"""jieba segmentation: words join back to their text, the output does not depend on the
+worker count, and killing the stage process takes its worker processes with it."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import psutil
+import pytest
+
+from tasks.core.errors import SourceError
+from tasks.corpus.segment import segment_texts
+from tests.conftest import DATA, ROOT
+
+
+def sample_texts() -> list[str]:
+    """The People's Daily excerpt as raw sentences (its gold segmentation removed)."""
+    lines = (DATA / "peoples_daily_sample.txt").read_text(encoding="utf-8").splitlines()
+    return ["".join(tok.rsplit("/", 1)[0] for tok in line.split()) for line in lines if line.strip()]
+
+
+def test_words_join_back_and_do_not_depend_on_the_worker_count():
+    texts = sample_texts()
+    one = segment_texts(texts, workers=1)
+    two = segment_texts(texts, workers=2, chunk_size=37)  # many chunks, spread over both workers
+    assert two == one
+    assert len(one) == len(texts) and all("".join(words) == text for words, text in zip(one, texts))
+    assert sum(map(len, one)) > 1.5 * len(texts), "sentences must be split into words"
+
+
+def test_user_dictionary_joins_its_words(tmp_path):
+    text = "江泽民发表新年讲话"
+    assert "泽民发表" not in segment_texts([text])[0]
+    (tmp_path / "user.dict").write_text("泽民发表 100000 n\n", encoding="utf-8")
+    assert "泽民发表" in segment_texts([text], user_dict=str(tmp_path / "user.dict"))[0]
+    with pytest.raises(SourceError, match="missing.dict"):
+        segment_texts([text], user_dict=str(tmp_path / "missing.dict"))
+
+
+# Segments a large input (far more than a few seconds of work) on two workers; under
+# `flow`, inside a Prefect flow run by run_stage, as the real stage does.
+KILLED_SCRIPT = textwrap.dedent("""
+    import sys
+    from tests.test_segment import sample_texts
+    texts = sample_texts() * 2000
+
+    def work():
+        from tasks.corpus.segment import segment_texts
+        segment_texts(texts, workers=2, chunk_size=200)
+
+    if sys.argv[1] == "flow":
+        from prefect import flow
+        from tasks.core.stage import run_stage, stage_task
+        run_stage(flow(name="segment-killed")(lambda: stage_task(work)()))
+    else:
+        work()
+""")
+
+
+def alive(proc: psutil.Process) -> bool:
+    try:
+        return proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+@pytest.mark.parametrize("mode", ["plain", "flow"])
+def test_killing_the_stage_kills_its_workers(mode, request):
+    """SIGTERM to the stage alone (plain), or to its whole process group as a terminal
+    or supervisor sends it (flow: workers have inherited Prefect's SIGTERM handler)."""
+    env = dict(os.environ)
+    if mode == "flow":
+        env["PREFECT_API_URL"] = request.getfixturevalue("prefect_server")
+    stage = subprocess.Popen([sys.executable, "-c", KILLED_SCRIPT, mode], cwd=ROOT, env=env, start_new_session=True)
+    workers = []
+    try:
+        parent = psutil.Process(stage.pid)
+        deadline = time.monotonic() + 120
+        while len(workers := parent.children(recursive=True)) < 2 and time.monotonic() < deadline:
+            assert stage.poll() is None, "the stage ended before its workers started"
+            time.sleep(0.2)
+        assert len(workers) >= 2
+        time.sleep(1.5)  # let the workers load jieba and start cutting
+        assert stage.poll() is None
+        if mode == "flow":
+            os.killpg(stage.pid, signal.SIGTERM)
+        else:
+            stage.send_signal(signal.SIGTERM)
+        stage.wait(timeout=10)
+        assert stage.returncode != 0
+        deadline = time.monotonic() + 5
+        while any(map(alive, workers)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not any(map(alive, workers)), "worker processes outlived the killed stage"
+    finally:
+        for proc in [parent, *workers]:  # never leave a process behind, whatever failed
+            if alive(proc):
+                proc.kill()
+        stage.wait()

@@ -1,0 +1,47 @@
+"""The stage entry point: user errors and an unreachable Prefect server give one
+``error:`` line and a non-zero exit, never a traceback."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+from tests.conftest import ROOT
+
+STAGE = textwrap.dedent("""
+    import sys
+    from prefect import flow
+    from tasks.core.errors import ParamsError
+    from tasks.core.stage import run_stage
+
+    @flow(name="trivial")
+    def trivial(what):
+        if what == "bad":
+            raise ParamsError("seed: must be >= 0")
+        print("ran")
+
+    run_stage(trivial, *sys.argv[1:])
+""")
+
+
+def run(*args: str, **env: str) -> subprocess.CompletedProcess:
+    environ = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"} | env
+    return subprocess.run([sys.executable, "-c", STAGE, *args], cwd=ROOT, env=environ, capture_output=True,
+                          text=True, timeout=300)
+
+
+def test_unreachable_prefect_server_is_one_clear_line():
+    url = "http://127.0.0.1:9/api"
+    proc = run("good", PREFECT_API_URL=url)
+    assert proc.returncode == 1 and "ran" not in proc.stdout
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert lines[0].startswith(f"error: no Prefect server answers at {url} ") and "unset PREFECT_API_URL" in lines[0]
+
+
+def test_stage_runs_and_reports_a_user_error_on_a_live_server(prefect_server):
+    ok = run("good", PREFECT_API_URL=prefect_server)
+    assert ok.returncode == 0 and "ran" in ok.stdout, ok.stderr
+    bad = run("bad", PREFECT_API_URL=prefect_server)
+    assert bad.returncode == 1 and "Traceback" not in bad.stderr
+    assert [line for line in bad.stderr.splitlines() if line.startswith("error:")] == ["error: seed: must be >= 0"]
