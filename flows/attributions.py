@@ -17,7 +17,7 @@ from tasks.core.params import load_params
 from tasks.core.stage import run_stage, stage_task
 from tasks.downstream.downstream import FAMILIES
 from tasks.downstream.finetune import fit_seed, predict
-from tasks.interpretability.attributions import attention_html, attribution_html, integrated_gradients
+from tasks.interpretability.attributions import attributions_page, integrated_gradients
 from tasks.training.device import resolve_device
 
 
@@ -40,26 +40,6 @@ def explain(model, data, table, labels, tokenizer, index: int, steps: int) -> di
             "prediction": labels[predicted], "probability": float(probs[predicted]), "tokens": tokens,
             "attributions": [round(float(s), 5) for s in scores], "convergence_delta": delta,
             "attention": [a[0].numpy() for a in attentions]}
-
-
-def page(model_name: str, task: str, examples: list[dict], mapped: int) -> str:
-    """The examples' attributions, and every head's attention maps for example ``mapped``."""
-    parts = [f"<h1>Attributions: {model_name} on {task}</h1>",
-             "<p>Integrated Gradients towards the predicted class (green: for it, red: against; hover for "
-             "values). Below the chosen example (the most confident wrong prediction, if any), every head's "
-             "attention: row tokens attend to column tokens.</p>"]
-    for i, e in enumerate(examples):
-        verdict = "correct" if e["label"] == e["prediction"] else "wrong"
-        parts.append(f'<h2 id="{e["id"]}">{e["id"]}: {verdict} (gold {e["label"]}, predicted {e["prediction"]}, '
-                     f'p = {e["probability"]:.2f}, IG delta {e["convergence_delta"]:+.3f})</h2>')
-        parts.append(f'<p class="tokens">{attribution_html(e["tokens"], np.array(e["attributions"]))}</p>')
-        for layer, heads in enumerate(e["attention"] if i == mapped else []):
-            parts.append("".join(attention_html(e["tokens"], head, f"layer {layer} head {h}")
-                                 for h, head in enumerate(heads)))
-    style = ("body{font-family:system-ui,sans-serif;margin:1em}.tokens{font-size:1.3em;line-height:1.8}"
-             "table.attention{display:inline-table;border-collapse:collapse;margin:.5em;font-size:.7em}"
-             "table.attention td{width:.9em;height:.9em;border:1px solid #eee}table.attention th{font-weight:normal}")
-    return f'<!doctype html><meta charset="utf-8"><style>{style}</style>{"".join(parts)}'
 
 
 @flow(name="attributions")
@@ -94,7 +74,8 @@ def attributions(model_name: str) -> None:
     out_dir = paths.ATTRIBUTIONS / model_name
     with atomic_outputs(out_dir, paths.stage_metrics("attributions", model_name)) as (out, metrics_file):
         out.mkdir(parents=True)
-        (out / "attributions.html").write_text(page(model_name, cfg.task, examples, mapped), encoding="utf-8")
+        (out / "attributions.html").write_text(attributions_page(model_name, cfg.task, examples, mapped),
+                                               encoding="utf-8")
         write_json(metrics_file, summary)
 
 

@@ -2,19 +2,16 @@
 also published as a Prefect markdown artifact."""
 
 import sys
-from pathlib import Path
 
 from prefect import flow
 from prefect.artifacts import create_markdown_artifact
 
 from tasks.core import paths
 from tasks.core.io import atomic_outputs
-from tasks.core.params import PARAMS_FILE, load_params
+from tasks.core.params import load_params
 from tasks.core.stage import run_stage, stage_task
-from tasks.report.interpretability import interpretability_section
-from tasks.report.report import build_report, to_html
-
-TITLE = "zhplm pipeline report"
+from tasks.report.html import to_html
+from tasks.report.report import TITLE, build_report
 
 
 @flow(name="report")
@@ -22,12 +19,7 @@ def report() -> None:
     params = load_params()
     out = paths.REPORTS
     with atomic_outputs(out / "report.md", out / "report.html", out / "figures") as (md_file, html_file, figures):
-        figures.mkdir(parents=True)
-        interpretability = stage_task(interpretability_section)(paths.METRICS, params, figures, paths.ATTRIBUTIONS,
-                                                                out)
-        text = stage_task(build_report)(Path(PARAMS_FILE).read_text(encoding="utf-8"), params.compare,
-                                        params.finetune_models, params.finetune.tasks, paths.METRICS,
-                                        paths.PREDICTIONS, paths.DOWNSTREAM, figures, interpretability)
+        text = stage_task(build_report)(params, figures, out)
         # The Markdown refers to figures/...; render the HTML against the temporary folder.
         md_file.write_text(text, encoding="utf-8")
         html_file.write_text(to_html(text.replace("](figures/", f"]({figures.name}/"), out, TITLE),

@@ -1,10 +1,12 @@
-"""Integrated Gradients attributions (completeness) and their HTML rendering."""
+"""Integrated Gradients attributions (completeness) and their HTML rendering and page."""
 
 import torch
 from transformers import BertConfig, BertModel
 
 from tasks.downstream.classification import MeanPoolClassifier
-from tasks.interpretability.attributions import attention_html, attribution_html, input_embeddings, integrated_gradients
+from tasks.interpretability.attributions import (attention_html, attribution_html, attributions_page, input_embeddings,
+                                                integrated_gradients)
+from tasks.report.templating import TEMPLATES
 
 
 def test_integrated_gradients_are_complete_and_ignore_special_tokens():
@@ -30,3 +32,17 @@ def test_html_is_escaped_and_coloured_by_sign():
     assert "rgba(220,38,38,1.00)" in out and "rgba(22,163,74,0.50)" in out
     table = attention_html(["a", "b"], np.array([[1.0, 0.0], [0.25, 0.75]]), "layer 0 head 1")
     assert table.count("<td") == 4 and "layer 0 head 1" in table and 'title="0.250"' in table
+
+
+def test_page_uses_the_report_stylesheet_and_maps_one_example():
+    import numpy as np
+    example = {"id": "dev-<1>", "label": "1", "prediction": "0", "probability": 0.912, "convergence_delta": -0.0004,
+               "tokens": ["[CLS]", "好", "[SEP]"], "attributions": [0.0, 0.5, 0.0],
+               "attention": [np.full((2, 3, 3), 1 / 3)]}  # one layer, two heads
+    page = attributions_page("wwm", "sentiment", [example, {**example, "id": "dev-2"}], mapped=1)
+    assert page.startswith("<!DOCTYPE html>") and '<body class="wide">' in page
+    assert (TEMPLATES / "style.css").read_text(encoding="utf-8").strip() in page
+    assert "<h1>Attributions: wwm on sentiment</h1>" in page
+    assert '<h2 id="dev-&lt;1&gt;">dev-&lt;1&gt;: wrong (gold 1, predicted 0, p = 0.91, IG delta -0.000)</h2>' in page
+    assert page.count('<p class="tokens">') == 2 and "rgba(22,163,74,1.00)" in page
+    assert page.count('<table class="attention">') == 2 and "layer 0 head 1" in page  # example dev-2 only

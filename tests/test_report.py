@@ -1,7 +1,33 @@
-"""Report tables: HFL-style cells, MRC percentages brought to the common scale, the
-"what pretraining buys" verdict and the objective comparison, judged against the seed spread."""
+"""Report sections: HFL-style cells, MRC percentages brought to the common scale, the
+"what pretraining buys" verdict and the objective comparison judged against the seed
+spread; every section template rendered (StrictUndefined) from the committed metrics and
+from none; the HTML page with the shared stylesheet."""
 
-from tasks.report.report import as_fractions, comparison_section, describe_objective, finetune_section, max_avg
+import json
+import re
+import shutil
+from pathlib import Path
+
+import jinja2
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from tasks.core.params import Objective, Params
+from tasks.report.common import max_avg
+from tasks.report.comparison import comparison_section
+from tasks.report.corpus import corpus_section
+from tasks.report.errors import errors_section
+from tasks.report.finetune import as_fractions, finetune_results, finetune_section
+from tasks.report.html import to_html
+from tasks.report.interpretability import interpretability_section
+from tasks.report.multilingual import multilingual_section
+from tasks.report.pretraining import describe_objective, pretraining_section
+from tasks.report.report import Inputs, build_report
+from tasks.report.templating import TEMPLATES, render_blocks
+from tests.conftest import ROOT, small_params
+
+METRICS = ROOT / "metrics"  # committed to git: the metrics of a real run
 
 
 def result(family, headline, scores):
@@ -10,6 +36,11 @@ def result(family, headline, scores):
     std = (sum((v - mean) ** 2 for v in scores) / max(1, len(scores) - 1)) ** 0.5
     summary = {headline: {"mean": mean, "std": std, "max": max(scores), "min": min(scores), "n": len(scores)}}
     return {"family": family, "headline": headline, "runs": runs, "dev": summary, "test": summary}
+
+
+@pytest.fixture(scope="module")
+def params() -> Params:
+    return Params.model_validate(small_params())
 
 
 def test_max_avg_cell():
@@ -31,7 +62,7 @@ def test_verdict_needs_a_gap_beyond_the_seed_spread(tmp_path):
         ("random", "msra_mrc"): as_fractions(result("mrc", "f1", [40.0, 41.0, 42.0])),
         ("mlm", "msra_mrc"): as_fractions(result("mrc", "f1", [30.0, 31.0, 32.0])),      # -10 beyond spread
     }
-    md = "\n".join(finetune_section(results, ["mlm", "wwm", "random"], ["sentiment", "msra_mrc"], tmp_path))
+    md = finetune_section(results, ["mlm", "wwm", "random"], ["sentiment", "msra_mrc"], tmp_path)
     assert "| sentiment | mlm | +3.33 | 2.00 | better, beyond seed spread |" in md
     assert "| sentiment | wwm | +1.00 | 2.00 | within seed spread |" in md
     assert "| msra_mrc | mlm | -10.00 | 2.00 | worse, beyond seed spread |" in md
@@ -46,16 +77,109 @@ def test_comparison_table_and_noise_verdict():
         ("random", "sentiment"): result("classification", "accuracy", [0.70, 0.71, 0.72]),
         ("mlm", "msra_mrc"): as_fractions(result("mrc", "f1", [30.0, 31.0, 32.0])),
     }
-    md = "\n".join(comparison_section(results, ["mlm", "wwm", "mac"], ["random"], ["sentiment", "msra_mrc"]))
+    md = comparison_section(results, ["mlm", "wwm", "mac"], ["random"], ["sentiment", "msra_mrc"])
     assert "| objective | sentiment (accuracy) | msra_mrc (f1) |" in md
     assert "| mlm | 81.0 (80.3 ± 0.6) | 32.0 (31.0 ± 1.0) |" in md
     assert "| mac | 75.0 (74.7 ± 0.6) | - |" in md and "| random | 72.0 (71.0 ± 1.0) | - |" in md
     assert ("- **sentiment** (accuracy, dev mean): best mlm 80.33; within noise of it: wwm (−0.33, spread 2.00); "
-            "worse beyond noise: mac (−5.67, spread 1.00).") in md
-    assert "- **msra_mrc**: only mlm was fine-tuned." in md
+            "worse beyond noise: mac (−5.67, spread 1.00).\n") in md
+    assert md.endswith("- **msra_mrc**: only mlm was fine-tuned.")
 
 
 def test_objective_description():
-    assert describe_objective({"masking": "wwm"}) == "wwm; mask 80 / random 10 / keep 10; static"
-    assert describe_objective({"masking": "ngram", "replacement": {"permute": 0.9, "keep": 0.1},
-                               "sentence_task": "sop", "dynamic": True}) == "ngram; permute 90 / keep 10; + SOP; dynamic"
+    bert = {"mask": 0.8, "random": 0.1, "keep": 0.1}
+    assert describe_objective(Objective(masking="wwm", replacement=bert)) == \
+        "wwm; mask 80 / random 10 / keep 10; static"
+    assert describe_objective(Objective(masking="ngram", replacement={"similar": 0.8, "random": 0.1, "keep": 0.1})) \
+        == "ngram; similar 80 / random 10 / keep 10; static"
+    assert describe_objective(Objective(masking="ngram", replacement={"permute": 0.9, "keep": 0.1}, sentence_task="sop",
+                                        dynamic=True)) == "ngram; permute 90 / keep 10; + SOP; dynamic"
+
+
+# --------------------------------------------------------------------------- every section template
+
+
+def _sections(params: Params, metrics: Path, root: Path) -> dict[str, str]:
+    """Template name -> the section rendered from ``metrics`` (figures and stubs under ``root``)."""
+    figures = root / "figures"
+    figures.mkdir(exist_ok=True)
+    objectives, models, tasks = params.compare, params.finetune_models, params.finetune.tasks
+    results = finetune_results(metrics, models, tasks)
+    return {
+        "corpus.md.j2": corpus_section(metrics, tasks),
+        "pretraining.md.j2": pretraining_section(metrics, objectives, params.objectives, figures),
+        "comparison.md.j2": comparison_section(results, objectives, ["random"], tasks),
+        "finetune.md.j2": finetune_section(results, models, tasks, figures),
+        "errors.md.j2": errors_section(*_errors_stub(root), ["mlm"], ["sentiment", "msra_ner"], root / "predictions",
+                                       root / "data"),
+        "multilingual.md.j2": multilingual_section(metrics, list(params.multilingual.mixtures), figures),
+        "interpretability.md.j2": interpretability_section(params, metrics, root / "attributions", figures, root),
+    }
+
+
+def _errors_stub(root: Path) -> tuple[dict]:
+    """Test splits and first-seed predictions of a classification and an NER run."""
+    for task, rows, preds in (
+            ("sentiment", [{"id": "a", "text_a": "好|看", "text_b": "", "label": 1}],
+             [{"id": "a", "label": 1, "prediction": 0}]),
+            ("msra_ner", [{"id": "n", "tokens": list("北京")}],
+             [{"id": "n", "tokens": list("北京"), "gold": ["B-LOC", "I-LOC"], "prediction": ["O", "O"]}])):
+        (root / "data" / task).mkdir(parents=True)
+        pq.write_table(pa.Table.from_pylist(rows), root / "data" / task / "test.parquet")
+        (root / "predictions" / f"mlm-{task}").mkdir(parents=True)
+        (root / "predictions" / f"mlm-{task}" / "test-seed1.jsonl").write_text(
+            "".join(json.dumps(p, ensure_ascii=False) + "\n" for p in preds), encoding="utf-8")
+    return ({("mlm", "sentiment"): result("classification", "accuracy", [0.5]),
+             ("mlm", "msra_ner"): result("ner", "f1", [0.5])},)
+
+
+def test_every_section_template_renders_from_metrics(params, tmp_path):
+    sections = _sections(params, METRICS, tmp_path)
+    assert set(sections) == {p.name for p in TEMPLATES.glob("*.md.j2")} - {"report.md.j2"}
+    for name, md in sections.items():
+        assert md and md == md.strip("\n") and "\n\n\n" not in md, name
+        assert not re.search(r"{[{%#]", md), name  # no template syntax left over
+    assert sections["corpus.md.j2"].startswith("| language | documents | sentences | characters |")
+    assert "\n\nTokenizer: " in sections["corpus.md.j2"] and "\n\nDropped: " in sections["corpus.md.j2"]
+    assert f"| {params.compare[0]} | {describe_objective(params.objective(params.compare[0]))} |" in \
+        sections["pretraining.md.j2"]
+    errors = sections["errors.md.j2"]
+    assert errors.startswith("**sentiment** (mlm, seed 1; 1 wrong of 1 test examples)\n\n| text | gold | predicted |")
+    assert "| 好\\|看 | 1 | 0 |" in errors and "| 北京 | 北京/LOC | (none) |" in errors
+    assert "### Vocabulary pruning" in sections["multilingual.md.j2"]
+    interpretability = sections["interpretability.md.j2"]
+    assert [line for line in interpretability.splitlines() if line.startswith("### ")] == [
+        "### Attention-zone ablation (MRC)", "### Layer-wise probing",
+        "### Feature-based (ELMo scalar mix) vs fine-tuning", "### Attributions"]
+    assert "have not run" not in interpretability and "Completeness holds to" in interpretability
+
+
+def test_sections_say_what_has_not_run(params, tmp_path):
+    md = build_report(params, tmp_path / "figures", tmp_path,
+                      Inputs(metrics=tmp_path / "none", params_file=ROOT / "params.yaml"))
+    headings = [line for line in md.splitlines() if line.startswith("## ")]
+    assert headings == ["## Corpus", "## Pretraining", "## Objective comparison", "## Fine-tuning",
+                        "## Wrong predictions", "## Multilingual continued pretraining", "## Interpretability",
+                        "## What changed since the last commit", "## Run times", "## Parameters",
+                        "## Data versions (dvc.lock)"]
+    assert md.startswith("# zhplm pipeline report\n\nCode: git `") and md.endswith("\n") and not md.endswith("\n\n")
+    for missing in ("The multilingual stages have not run.", "The attention-zone ablation has not run.",
+                    "The probes have not run.", "The feature-based runs have not run.",
+                    "The attributions have not run.",
+                    "No committed metrics to compare with"):
+        assert missing in md
+    assert "```yaml\n# All knobs of the pipeline." in md  # params.yaml verbatim, comments included
+
+
+def test_templates_refuse_undefined_names():
+    with pytest.raises(jinja2.UndefinedError):
+        render_blocks("corpus.md.j2", corpus=None)
+
+
+def test_html_page_inlines_figures_and_the_shared_stylesheet(tmp_path):
+    (tmp_path / "figures").mkdir()
+    shutil.copy(ROOT / "tests" / "data" / "README.md", tmp_path / "figures" / "x.png")  # any bytes will do
+    page = to_html("# T\n\n| a | b |\n|---|---|\n| 1 | <2> |\n\n![plot](figures/x.png)\n", tmp_path, "T & U")
+    assert page.startswith("<!DOCTYPE html>") and "<title>T &amp; U</title>" in page
+    assert (TEMPLATES / "style.css").read_text(encoding="utf-8").strip() in page
+    assert 'src="data:image/png;base64,' in page and "<table>" in page and 'class="wide"' not in page

@@ -1,5 +1,6 @@
 """Token attributions (Integrated Gradients) and attention maps of classification predictions,
-rendered as self-contained HTML for people (no scripts, no CDN).
+rendered as self-contained HTML for people (no scripts, no CDN; the page template and its
+stylesheet are the report's, in ``tasks/report/templates/``).
 
 Integrated Gradients (Sundararajan et al. 2017, "Axiomatic attribution for deep
 networks", §3) integrates the gradient of the predicted class's logit along the
@@ -18,6 +19,8 @@ import html
 import numpy as np
 import torch
 from captum.attr import LayerIntegratedGradients
+
+from tasks.report.templating import render
 
 
 def input_embeddings(model: torch.nn.Module) -> torch.nn.Module:
@@ -74,3 +77,13 @@ def attention_html(tokens: list[str], attention: np.ndarray, title: str) -> str:
         rows.append(f"<tr><th>{html.escape(token)}</th>{cells}</tr>")
     return (f'<table class="attention"><caption>{html.escape(title)}</caption>'
             f"<tr><th></th>{head}</tr>{''.join(rows)}</table>")
+
+
+def attributions_page(model_name: str, task: str, examples: list[dict], mapped: int) -> str:
+    """The page of a model's explained ``examples`` (:func:`attribution_html` each) and every
+    head's attention maps (:func:`attention_html`) of example number ``mapped``."""
+    shown = [{**e, "tokens_html": attribution_html(e["tokens"], np.array(e["attributions"])),
+              "maps": [[attention_html(e["tokens"], head, f"layer {layer} head {h}") for h, head in enumerate(heads)]
+                       for layer, heads in enumerate(e["attention"] if i == mapped else [])]}
+             for i, e in enumerate(examples)]
+    return render("attributions.html.j2", title=f"Attributions: {model_name} on {task}", wide=True, examples=shown)

@@ -1,0 +1,76 @@
+"""Helpers shared by the report sections: number formatting, the one Markdown table
+helper, reading metrics files, and saving figures (matplotlib, Agg backend)."""
+
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from tasks.core.io import read_json  # noqa: E402
+from tasks.report.templating import ENV  # noqa: E402
+
+
+def fmt(value, digits: int = 2, percent: bool = False) -> str:
+    """A number for a table cell; ``-`` for missing values."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    if percent:
+        return f"{100 * value:.{digits}f}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return f"{value:,.{digits}f}"
+
+
+def max_avg(summary: dict, digits: int = 1) -> str:
+    """HFL-style cell: ``max (mean ± std)`` of a per-seed summary, in percent."""
+    return (f"{fmt(summary['max'], digits, True)} ({fmt(summary['mean'], digits, True)}"
+            f" ± {fmt(summary['std'], digits, True)})")
+
+
+def table(header: list[str], rows: list[list[str]]) -> str:
+    """A Markdown table: the only place the report builds one."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+ENV.filters["fmt"] = fmt  # templates format numbers as table cells do: {{ x | fmt(1, true) }}
+
+
+def read_csv(path: Path) -> list[dict]:
+    """Rows of a numeric CSV log; empty cells (e.g. no sentence loss) are ``None``."""
+    with open(path, newline="") as f:
+        return [{k: float(v) if v != "" else None for k, v in row.items()} for row in csv.DictReader(f)]
+
+
+def load_metrics(path: Path) -> dict | None:
+    """A metrics JSON file, or ``None`` when its stage has not run."""
+    return read_json(path) if path.is_file() else None
+
+
+def loaded(metrics: Path, stage: str, names: list[str]) -> dict[str, dict]:
+    """``name -> metrics`` of the per-item stage ``stage`` for the names that have run."""
+    found = {n: load_metrics(metrics / stage / f"{n}.json") for n in names}
+    return {n: v for n, v in found.items() if v}
+
+
+def save_figure(fig, path: Path) -> Path:
+    """Write ``fig`` as PNG, cropped to its content, and free it (pyplot keeps open figures alive)."""
+    fig.savefig(path, bbox_inches="tight")
+    plt.close(fig)
+    return path
+
+
+def save_bars(fig, ax, ylabel: str, path: Path) -> Path:
+    """Finish and save a bar chart: y label, horizontal grid, legend."""
+    ax.set_ylabel(ylabel)
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return save_figure(fig, path)

@@ -1,0 +1,84 @@
+"""Fine-tuning results on one scale, and report section "Fine-tuning": what pretraining
+buys over the random-init baseline, judged against the seed spread."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import numpy as np
+
+from tasks.report.common import load_metrics, save_bars, table
+from tasks.report.templating import render_blocks
+
+
+def as_fractions(result: dict) -> dict:
+    """A fine-tuning metrics dict with every score in [0, 1]. MRC runs store the
+    official CMRC 2018 script's percentages; classification (scikit-learn) and NER
+    (seqeval) store fractions. Summaries' ``n`` is a count and stays as is."""
+    if result.get("family") != "mrc":
+        return result
+    out = dict(result)
+    for split in ("dev", "test"):
+        if split in out:
+            out[split] = {m: {k: (v if k == "n" else v / 100) for k, v in s.items()} for m, s in out[split].items()}
+    out["runs"] = [{**run, **{split: {m: v / 100 for m, v in run[split].items()} for split in ("dev", "test")
+                              if split in run}} for run in out.get("runs", [])]
+    return out
+
+
+def finetune_results(metrics: Path, models: list[str], tasks: list[str]) -> dict[tuple[str, str], dict]:
+    """``(model, task) -> metrics`` (scores as fractions) of every fine-tuning run found."""
+    found = {}
+    for m in models:
+        for t in tasks:
+            r = load_metrics(metrics / "finetune" / f"{m}-{t}.json")
+            if r:
+                found[m, t] = as_fractions(r)
+    return found
+
+
+def plot_grouped(values: dict[str, dict[str, list[float]]], models: list[str], ylabel: str, path: Path) -> Path:
+    """Per task, one bar per model (mean over seeds) with the per-seed points."""
+    fig, ax = plt.subplots(figsize=(8, 4), dpi=110)
+    tasks = list(values)
+    width = 0.8 / max(1, len(models))
+    for j, m in enumerate(models):
+        xs = [i + (j - (len(models) - 1) / 2) * width for i in range(len(tasks))]
+        means = [np.mean(values[t][m]) if m in values[t] else np.nan for t in tasks]
+        ax.bar(xs, means, width * 0.9, label=m)
+        for x, t in zip(xs, tasks):
+            if m in values[t]:
+                ax.scatter([x] * len(values[t][m]), values[t][m], color="black", s=8, zorder=3)
+    ax.set_xticks(range(len(tasks)), tasks)
+    ax.set_ylim(0, 1)
+    return save_bars(fig, ax, ylabel, path)
+
+
+def _verdict(gap: float, spread: float) -> str:
+    if gap > spread:
+        return "better, beyond seed spread"
+    return "worse, beyond seed spread" if gap < -spread else "within seed spread"
+
+
+def finetune_section(results: dict, models: list[str], tasks: list[str], figures: Path) -> str:
+    """The section's Markdown (empty without results); writes ``finetune_dev.png`` into ``figures``."""
+    if not results:
+        return ""
+    rows = []
+    for t in tasks:
+        base = results.get(("random", t))
+        for m in models:
+            r = results.get((m, t))
+            if not r or not base or m == "random":
+                continue
+            h = r["headline"]
+            gap = r["dev"][h]["mean"] - base["dev"][h]["mean"]
+            spread = max(s["dev"][h]["max"] - s["dev"][h]["min"] for s in (r, base))
+            rows.append([t, m, f"{100 * gap:+.2f}", f"{100 * spread:.2f}", _verdict(gap, spread)])
+    values = {}
+    for (m, t), r in results.items():
+        values.setdefault(t, {})[m] = [run["dev"][r["headline"]] for run in r["runs"]]
+    plot_grouped(values, models, "dev headline metric", figures / "finetune_dev.png")
+    verdicts = table(["task", "model", "Δ vs random", "seed spread", "verdict"], rows) if rows else None
+    return render_blocks("finetune.md.j2", verdicts=verdicts)
