@@ -10,7 +10,6 @@ layer alone. Scores are the official CMRC 2018 EM/F1 (percentages).
 import sys
 import time
 
-import pyarrow.parquet as pq
 from prefect import flow, get_run_logger
 
 from tasks.core import paths
@@ -18,7 +17,7 @@ from tasks.core.io import atomic_outputs, write_json
 from tasks.core.model_dir import load_tokenizer
 from tasks.core.params import load_params
 from tasks.core.stage import run_stage, stage_task
-from tasks.downstream.downstream import FAMILIES
+from tasks.downstream.families import FAMILIES, load_task_data
 from tasks.downstream.finetune import fit_seed
 from tasks.interpretability.ablation import ZONES, ZoneAblation
 from tasks.training.device import resolve_device
@@ -57,8 +56,7 @@ def ablation(model_name: str) -> None:
     training, family = params.finetune.for_task(spec), FAMILIES["mrc"]
     model_dir = paths.MODELS / model_name
     tokenizer = load_tokenizer(model_dir)
-    tables = {s: pq.read_table(paths.downstream_split(cfg.task, s)) for s in ("train", cfg.split)}
-    data = {s: family.encode(t, tokenizer, training, None) for s, t in tables.items()}
+    tables, _, data = load_task_data(cfg.task, family, ("train", cfg.split), tokenizer, training)
     device = resolve_device(params.finetune.device)
     seed = params.finetune.seeds[0]
     model, train = stage_task(fit_seed, name="fine_tune")(family, model_dir, None, data["train"], training, seed,

@@ -6,7 +6,6 @@ HTML page plus a JSON summary (:mod:`tasks.interpretability.attributions`)."""
 import sys
 
 import numpy as np
-import pyarrow.parquet as pq
 import torch
 from prefect import flow, get_run_logger
 
@@ -15,7 +14,7 @@ from tasks.core.io import atomic_outputs, write_json
 from tasks.core.model_dir import load_tokenizer
 from tasks.core.params import load_params
 from tasks.core.stage import run_stage, stage_task
-from tasks.downstream.downstream import FAMILIES
+from tasks.downstream.families import FAMILIES, load_task_data
 from tasks.downstream.finetune import fit_seed, predict
 from tasks.interpretability.attributions import attributions_page, integrated_gradients
 from tasks.training.device import resolve_device
@@ -50,13 +49,12 @@ def attributions(model_name: str) -> None:
     family, training = FAMILIES[spec.family], params.finetune.for_task(spec)
     model_dir = paths.MODELS / model_name
     tokenizer = load_tokenizer(model_dir)
-    tables = {s: pq.read_table(paths.downstream_split(cfg.task, s)) for s in ("train", "dev")}
-    labels = family.labels(tables)
-    data = {s: family.encode(t, tokenizer, training, labels) for s, t in tables.items()}
+    tables, labels, data = load_task_data(cfg.task, family, ("train", "dev"), tokenizer, training)
     device = resolve_device(params.finetune.device)
     model, _ = fit_seed(family, model_dir, labels, data["train"], training, params.finetune.seeds[0], device,
                         get_run_logger().info)
-    probs = torch.from_numpy(np.concatenate(predict(model, data["dev"], batch_size=training.eval_batch_size, device=device)["logits"]))
+    logits = predict(model, data["dev"], batch_size=training.eval_batch_size, device=device)["logits"]
+    probs = torch.from_numpy(np.concatenate(logits))
     model.cpu()  # a handful of examples: Integrated Gradients on the CPU
     _encoder(model).set_attn_implementation("eager")  # attention probabilities need eager attention
     probs = probs.softmax(-1).numpy()

@@ -15,7 +15,8 @@ from tasks.core import paths
 from tasks.core.io import atomic_outputs, write_json, write_parquet
 from tasks.core.params import load_params
 from tasks.core.stage import run_stage, stage_task
-from tasks.downstream.downstream import eval_texts, prepare_task
+from tasks.downstream.downstream import prepare_task
+from tasks.downstream.families import FAMILIES
 
 
 @flow(name="downstream")
@@ -24,7 +25,7 @@ def downstream(task: str) -> None:
     spec = params.task(task)
     tables, stats = stage_task(prepare_task)(task, spec, paths.RAW, params.seed)
     get_run_logger().info(f"{task}: {stats['rows']}; malformed: {stats['malformed']['counts']}")
-    texts = [t for split in ("dev", "test") for t in eval_texts(spec.family, tables[split])]
+    texts = [t for split in ("dev", "test") for t in FAMILIES[spec.family].texts(tables[split])]
     with atomic_outputs(paths.DOWNSTREAM / task, paths.stage_metrics("downstream", task)) as (out, metrics):
         out.mkdir(parents=True)
         for split, table in tables.items():

@@ -8,16 +8,15 @@ from the same checkpoint with its own head initialisation and data order.
 
 import sys
 
-import pyarrow.parquet as pq
 from prefect import flow, get_run_logger
 
 from tasks.core import paths
-from tasks.core.errors import ParamsError, SourceError
+from tasks.core.errors import ParamsError
 from tasks.core.io import atomic_outputs, write_json, write_jsonl
 from tasks.core.model_dir import check_weights, load_tokenizer
 from tasks.core.params import load_params
 from tasks.core.stage import run_stage, stage_task
-from tasks.downstream.downstream import FAMILIES
+from tasks.downstream.families import FAMILIES, load_task_data
 from tasks.downstream.finetune import fit_seed, summarize
 from tasks.training.device import resolve_device
 
@@ -47,13 +46,7 @@ def finetune(model_name: str, task_name: str) -> None:
     model_dir = paths.MODELS / model_name
     tokenizer = load_tokenizer(model_dir)
     check_weights(model_dir)  # fail before encoding the task, not at the first seed
-    files = {s: paths.downstream_split(task_name, s) for s in SPLITS}
-    for file in files.values():
-        if not file.is_file():
-            raise SourceError(f"{file} is missing: stage downstream@{task_name} makes it")
-    tables = {s: pq.read_table(f) for s, f in files.items()}
-    labels = family.labels(tables)
-    data = {s: family.encode(t, tokenizer, training, labels) for s, t in tables.items()}
+    tables, labels, data = load_task_data(task_name, family, SPLITS, tokenizer, training)
     # truncation (NER) and answers no window holds (MRC): counted, never silently lost
     encoding = {s: d.stats for s, d in data.items() if getattr(d, "stats", None)}
     device = resolve_device(cfg.device)

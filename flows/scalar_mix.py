@@ -5,7 +5,6 @@ report sets these scores beside full fine-tuning of the same encoder (``finetune
 
 import sys
 
-import pyarrow.parquet as pq
 import torch
 from prefect import flow, get_run_logger
 
@@ -15,7 +14,7 @@ from tasks.core.io import atomic_outputs, write_json
 from tasks.core.model_dir import load_model, load_tokenizer
 from tasks.core.params import load_params
 from tasks.core.stage import run_stage, stage_task
-from tasks.downstream.downstream import FAMILIES
+from tasks.downstream.families import FAMILIES, load_task_data
 from tasks.downstream.finetune import fit
 from tasks.interpretability.scalar_mix import ScalarMixClassifier, ScalarMixTagger
 from tasks.training.device import resolve_device
@@ -28,11 +27,9 @@ def feature_based(task_name: str, model_dir, params, device) -> dict:
     spec = params.task(task_name)
     family, training = FAMILIES[spec.family], params.finetune.for_task(spec)
     tokenizer = load_tokenizer(model_dir)
-    tables = {s: pq.read_table(paths.downstream_split(task_name, s)) for s in ("train", "dev", "test")}
-    labels = family.labels(tables)
+    tables, labels, data = load_task_data(task_name, family, ("train", "dev", "test"), tokenizer, training)
     if labels is None:
         raise ParamsError(f"scalar_mix.tasks: {task_name} is a regression task; the scalar-mix heads classify")
-    data = {s: family.encode(t, tokenizer, training, labels) for s, t in tables.items()}
     seed = params.finetune.seeds[0]
     torch.manual_seed(seed)
     model = load_model(model_dir, lambda path: HEADS[spec.family].from_pretrained(path, len(labels), training.dropout))

@@ -5,7 +5,7 @@ from transformers import BertConfig, BertModel
 
 from tasks.downstream.classification import MeanPoolClassifier
 from tasks.interpretability.attributions import (attention_html, attribution_html, attributions_page, input_embeddings,
-                                                integrated_gradients)
+                                                 integrated_gradients)
 from tasks.report.templating import TEMPLATES
 
 

@@ -9,7 +9,7 @@ from transformers import BertTokenizerFast
 from tasks.core.errors import SourceError
 from tasks.core.params import DownstreamTask
 from tasks.downstream.classification import (EncodedClassification, classification_metrics, deduplicate,
-                                             read_polarity_lines, split_examples, split_table)
+                                             read_polarity_lines, split_table)
 from tasks.downstream.downstream import prepare_task
 from tasks.downstream.finetune import summarize
 
@@ -67,17 +67,6 @@ def test_bad_encoding_names_file_and_line(tmp_path):
     (tmp_path / "pos.txt").write_bytes("好\n".encode() + b"\xc3\x28\n")
     with pytest.raises(SourceError, match=r"pos.txt:2: not valid UTF-8"):
         read_polarity_lines({1: tmp_path / "pos.txt"})
-
-
-def test_split_is_seeded_disjoint_and_complete():
-    examples = [(f"t{i}", i % 2) for i in range(1000)]
-    a = split_examples(examples, 0.1, 0.1, seed=5)
-    assert split_examples(examples, 0.1, 0.1, seed=5) == a
-    assert split_examples(examples, 0.1, 0.1, seed=6) != a
-    assert {k: len(v) for k, v in a.items()} == {"dev": 100, "test": 100, "train": 800}
-    assert sorted(x for v in a.values() for x in v) == sorted(examples)
-    with pytest.raises(SourceError, match="too few"):
-        split_examples(examples[:3], 0.1, 0.1, seed=5)
 
 
 @pytest.fixture(scope="module")

@@ -2,7 +2,6 @@
 closures, so editing any module a stage imports makes DVC rerun that stage."""
 
 import textwrap
-from pathlib import Path
 
 import yaml
 

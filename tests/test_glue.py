@@ -15,7 +15,7 @@ from tasks.core.errors import ParamsError, SourceError
 from tasks.core.io import write_parquet
 from tasks.core.quality import Issues
 from tasks.downstream.classification import EncodedClassification, classification_metrics, split_schema
-from tasks.downstream.downstream import _classification_labels
+from tasks.downstream.families import Classification
 from tasks.downstream.glue import (GLUE_TASKS, METRICS, glue_task, read_clue_jsonl, read_glue, read_table, score,
                                    table_labels)
 
@@ -259,7 +259,7 @@ def test_label_names_survive_the_split_files_and_set_the_class_count(tmp_path):
     write_parquet(tmp_path / "train.parquet", table)
     back = pq.read_table(tmp_path / "train.parquet")
     assert table_labels(back) == ["contradiction", "entailment", "neutral"]
-    assert _classification_labels({"train": back}) == ["contradiction", "entailment", "neutral"]
+    assert Classification().labels({"train": back}) == ["contradiction", "entailment", "neutral"]
 
 
 def lcqmc_like():

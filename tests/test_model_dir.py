@@ -7,7 +7,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
-from transformers import AutoTokenizer, BertConfig, BertForMaskedLM, BertForSequenceClassification, BertTokenizerFast
+from transformers import AutoTokenizer, BertConfig, BertForMaskedLM, BertTokenizerFast
 
 from tasks.core import paths
 from tasks.core.errors import SourceError
@@ -109,7 +109,7 @@ def test_load_errors_become_source_errors(good, tmp_path):
 
 
 def test_fit_seed_refuses_truncated_weights(good, tmp_path):
-    from tasks.downstream.downstream import FAMILIES
+    from tasks.downstream.families import FAMILIES
     from tasks.downstream.finetune import fit_seed
 
     folder = copy(good, tmp_path)

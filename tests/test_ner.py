@@ -8,8 +8,9 @@ from transformers import BertConfig, BertForTokenClassification, BertTokenizerFa
 from tasks.core.errors import SourceError
 from tasks.core.quality import Issues
 from tasks.downstream.finetune import predict
-from tasks.downstream.ner import (IGNORE_INDEX, EncodedNer, NerSentence, decode, entity_counts, label_list, ner_metrics,
+from tasks.downstream.ner import (EncodedNer, NerSentence, decode, entity_counts, label_list, ner_metrics,
                                   read_conll)
+from tasks.training.batching import IGNORE_INDEX
 
 
 def write(tmp_path, text: str, name: str = "f.txt", newline: str = "\n"):

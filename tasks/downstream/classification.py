@@ -26,7 +26,6 @@ from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
 from transformers import AutoModel, PreTrainedTokenizerBase
 from transformers.modeling_outputs import SequenceClassifierOutput
 
-from tasks.core.errors import SourceError
 from tasks.core.io import numbered_lines
 from tasks.core.text import normalise
 from tasks.training.batching import pad_batch, ragged
@@ -73,20 +72,6 @@ def deduplicate(records: list[tuple[str, int, str]]) -> tuple[list[tuple[str, in
     return examples, {"lines": len(records), "unique_texts": len(labels),
                       "duplicate_lines": len(records) - len(labels),
                       "conflicting_texts_dropped": len(conflicts), "examples": len(examples)}
-
-
-def split_examples(examples: list, dev_fraction: float, test_fraction: float, seed: int) -> dict[str, list]:
-    """Seeded shuffle, then cut into ``train``/``dev``/``test`` of the given fractions.
-
-    Raises:
-        SourceError: a split would be empty.
-    """
-    order = np.random.default_rng(seed).permutation(len(examples))
-    n_dev, n_test = round(len(examples) * dev_fraction), round(len(examples) * test_fraction)
-    parts = {"dev": order[:n_dev], "test": order[n_dev:n_dev + n_test], "train": order[n_dev + n_test:]}
-    if any(len(p) == 0 for p in parts.values()):
-        raise SourceError(f"{len(examples)} examples are too few for a train/dev/test split")
-    return {name: [examples[i] for i in sorted(idx)] for name, idx in parts.items()}
 
 
 def split_table(task: str, rows: list[tuple[str, int]]) -> pa.Table:

@@ -14,31 +14,25 @@ ner             ``id, tokens: list<string>, tags: list<string>`` (BIO)
 mrc             ``id, question, context, answers: list<struct<text, start>>``
 ==============  ==========================================================
 
-A :class:`Family` turns a split into model inputs, builds the Hugging Face
-head, and scores predictions; :mod:`tasks.downstream.finetune` holds the one training loop.
+Each loader reads one file into the family's records (:data:`LOADERS`); the families that
+encode and score these tables are in :mod:`tasks.downstream.families`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import pyarrow as pa
-import torch
-from transformers import AutoModelForQuestionAnswering, AutoModelForSequenceClassification, AutoModelForTokenClassification
 
 from tasks.core.errors import SourceError
 from tasks.core.params import DownstreamTask
 from tasks.core.paths import source_file
 from tasks.core.quality import Issues
-from tasks.downstream import cmrc_metric
-from tasks.downstream.classification import EncodedClassification, MeanPoolClassifier, deduplicate, read_polarity_lines, score, split_table
-from tasks.downstream.finetune import predict
-from tasks.downstream.glue import read_clue_jsonl, read_glue, read_table, table_labels
-from tasks.downstream.mrc import DEFAULT_QUERIES, MrcExample, MrcFeatures, decode as decode_spans, ner_to_mrc, read_squad
-from tasks.downstream.ner import EncodedNer, NerSentence, decode as decode_tags, label_list, ner_metrics, read_conll
+from tasks.downstream.classification import deduplicate, read_polarity_lines, split_table
+from tasks.downstream.glue import read_clue_jsonl, read_glue, read_table
+from tasks.downstream.mrc import DEFAULT_QUERIES, MrcExample, ner_to_mrc, read_squad
+from tasks.downstream.ner import NerSentence, entity_counts, read_conll
 
 NER_SCHEMA = pa.schema([("id", pa.string()), ("tokens", pa.list_(pa.string())), ("tags", pa.list_(pa.string()))])
 MRC_SCHEMA = pa.schema([("id", pa.string()), ("question", pa.string()), ("context", pa.string()),
@@ -69,33 +63,36 @@ def mrc_examples(table: pa.Table) -> list[MrcExample]:
             for r in table.to_pylist()]
 
 
-def eval_texts(family: str, table: pa.Table) -> list[str]:
-    """The running text of a split, to keep out of the pretraining corpus."""
-    if family == "classification":
-        return [t for col in ("text_a", "text_b") for t in table.column(col).to_pylist() if t]
-    if family == "ner":
-        return ["".join(tokens) for tokens in table.column("tokens").to_pylist()]
-    return table.column("context").to_pylist() + table.column("question").to_pylist()
-
-
 # --------------------------------------------------------------------------- preparation
 
 
-def _read_role(spec: DownstreamTask, path: Path, issues: Issues) -> pa.Table:
-    """One file of a task as a table of the loader's records (before any conversion)."""
+def _read_glue(spec: DownstreamTask, path: Path, issues: Issues) -> pa.Table:
+    return read_glue(path, spec.glue_task, issues)
+
+
+def _read_clue_jsonl(spec: DownstreamTask, path: Path, issues: Issues) -> pa.Table:
     cols = spec.columns
-    if spec.loader == "glue":
-        return read_glue(path, spec.glue_task, issues)
-    if spec.loader == "clue_jsonl":
-        return read_clue_jsonl(path, cols.get("text_a", "sentence"), cols.get("text_b"), cols.get("label", "label"),
-                               spec.labels, issues)
-    if spec.loader == "table":
-        return read_table(path, cols.get("text_a", "text_a"), cols.get("text_b"), cols.get("label", "label"), issues)
-    if spec.loader in ("conll", "ner_as_mrc"):
-        return ner_table(read_conll(path, spec.scheme, issues, labels=spec.labels))
-    if spec.loader == "squad":
-        return mrc_table(read_squad(path, issues))
-    raise SourceError(f"loader {spec.loader!r} cannot read a single file")
+    return read_clue_jsonl(path, cols.get("text_a", "sentence"), cols.get("text_b"), cols.get("label", "label"),
+                           spec.labels, issues)
+
+
+def _read_table(spec: DownstreamTask, path: Path, issues: Issues) -> pa.Table:
+    cols = spec.columns
+    return read_table(path, cols.get("text_a", "text_a"), cols.get("text_b"), cols.get("label", "label"), issues)
+
+
+def _read_conll(spec: DownstreamTask, path: Path, issues: Issues) -> pa.Table:
+    return ner_table(read_conll(path, spec.scheme, issues, labels=spec.labels))
+
+
+def _read_squad(spec: DownstreamTask, path: Path, issues: Issues) -> pa.Table:
+    return mrc_table(read_squad(path, issues))
+
+
+# loader name (params ``tasks.<name>.loader``) -> reader of one file into the loader's records;
+# polarity_lines reads its two files together (see prepare_task)
+LOADERS = {"glue": _read_glue, "clue_jsonl": _read_clue_jsonl, "table": _read_table, "conll": _read_conll,
+           "ner_as_mrc": _read_conll, "squad": _read_squad}
 
 
 def _subset(table: pa.Table, n: int, rng: np.random.Generator) -> tuple[pa.Table, pa.Table]:
@@ -131,7 +128,7 @@ def prepare_task(name: str, spec: DownstreamTask, raw_dir: Path, seed: int) -> t
         examples, stats["deduplication"] = deduplicate(read_polarity_lines(files))
         parts = {"all": split_table(name, examples)}
     else:
-        parts = {role: _read_role(spec, source_file(raw_dir, spec.source, file), issues)
+        parts = {role: LOADERS[spec.loader](spec, source_file(raw_dir, spec.source, file), issues)
                  for role, file in sorted(spec.files.items())}
     pool = parts.pop("all", None)
     if pool is not None:
@@ -161,109 +158,6 @@ def prepare_task(name: str, spec: DownstreamTask, raw_dir: Path, seed: int) -> t
             raise SourceError(f"task {name!r}: fewer than 2 classes (class: count) in split(s) {'; '.join(few)}"
                               + (f" after dropping {dropped} text(s) with conflicting labels" if dropped else ""))
     elif spec.family == "ner":
-        stats["entities"] = {s: _entity_counts(t) for s, t in parts.items()}
+        stats["entities"] = {s: entity_counts(ner_sentences(t)) for s, t in parts.items()}
     stats["malformed"] = issues.to_dict()
     return {s: parts[s] for s in ("train", "dev", "test")}, stats
-
-
-def _entity_counts(table: pa.Table) -> dict[str, int]:
-    tags = np.asarray(table.column("tags").combine_chunks().flatten().to_numpy(zero_copy_only=False), dtype=str)
-    kinds, counts = np.unique([t[2:] for t in tags if t.startswith("B-")], return_counts=True)
-    return {str(k): int(c) for k, c in zip(kinds, counts)}
-
-
-# --------------------------------------------------------------------------- task families
-
-
-@dataclass
-class Family:
-    """How one task family encodes data, builds its head and scores predictions.
-
-    Attributes:
-        labels: split tables -> label names (``None``: regression / spans).
-        model: (model dir, labels, training knobs) -> the encoder with the family's head.
-        encode: (table, tokenizer, training knobs, labels) -> a dataset for :func:`tasks.downstream.finetune.fit`.
-        evaluate: (model, dataset, table, training knobs, labels, metric names, device)
-            -> (scores, predictions): scores by metric name, predictions in the
-            family's file format (rows, or the official MRC ``{id: answer}``).
-    """
-
-    labels: Callable
-    model: Callable
-    encode: Callable
-    evaluate: Callable
-
-
-def _dropout(dropout: float) -> dict:
-    return {"hidden_dropout_prob": dropout, "attention_probs_dropout_prob": dropout}
-
-
-def _classifier(path, labels: list[str] | None, training) -> torch.nn.Module:
-    num_labels = 1 if labels is None else len(labels)
-    if training.pooling == "mean":
-        return MeanPoolClassifier.from_pretrained(path, num_labels, training.dropout)
-    return AutoModelForSequenceClassification.from_pretrained(path, num_labels=num_labels, **_dropout(training.dropout))
-
-
-def _classification_labels(tables: dict[str, pa.Table]) -> list[str] | None:
-    train = tables["train"]
-    if pa.types.is_floating(train.schema.field("label").type):
-        return None
-    names = table_labels(train)
-    if names:
-        return names
-    top = max(int(np.max(t.column("label").to_numpy())) for t in tables.values())
-    return [str(i) for i in range(top + 1)]
-
-
-def _evaluate_classification(model, data, table, training, labels, metrics, device):
-    logits = np.concatenate(predict(model, data, batch_size=training.eval_batch_size, device=device)["logits"])
-    pred = logits[:, 0] if labels is None else logits.argmax(-1)
-    gold = table.column("label").to_numpy()
-    rows = [{"id": i, "label": g.item(), "prediction": p.item()}
-            for i, g, p in zip(table.column("id").to_pylist(), gold, pred)]
-    return score(metrics, gold, pred), rows
-
-
-def _evaluate_ner(model, data, table, training, labels, metrics, device):
-    logits = predict(model, data, batch_size=training.eval_batch_size, device=device)["logits"]
-    pred = decode_tags(logits, data, labels)
-    gold = table.column("tags").to_pylist()
-    result = ner_metrics(gold, pred)
-    rows = [{"id": i, "tokens": t, "gold": g, "prediction": p}
-            for i, t, g, p in zip(table.column("id").to_pylist(), table.column("tokens").to_pylist(), gold, pred)]
-    return {**{m: result[m] for m in metrics}, "per_type": result["per_type"]}, rows
-
-
-def _evaluate_mrc(model, data, table, training, labels, metrics, device):
-    out = predict(model, data, batch_size=training.eval_batch_size, device=device, outputs=("start_logits", "end_logits"))
-    examples = mrc_examples(table)
-    answers = decode_spans(out["start_logits"], out["end_logits"], data, examples, n_best=training.n_best,
-                           max_answer_length=training.max_answer_length)
-    result = cmrc_metric.evaluate({e.id: [t for t, _ in e.answers] for e in examples}, answers)
-    return {m: result[m] for m in metrics}, answers
-
-
-FAMILIES: dict[str, Family] = {
-    "classification": Family(
-        labels=_classification_labels,
-        model=_classifier,
-        encode=lambda table, tok, training, labels: EncodedClassification.encode(table, tok, training.max_seq_length),
-        evaluate=_evaluate_classification),
-    "ner": Family(
-        labels=lambda tables: label_list([s for t in tables.values() for s in ner_sentences(t)]),
-        model=lambda path, labels, training: AutoModelForTokenClassification.from_pretrained(
-            path, num_labels=len(labels), id2label=dict(enumerate(labels)),
-            label2id={l: i for i, l in enumerate(labels)}, **_dropout(training.dropout)),
-        encode=lambda table, tok, training, labels: EncodedNer.encode(ner_sentences(table), tok, labels,
-                                                                      training.max_seq_length),
-        evaluate=_evaluate_ner),
-    "mrc": Family(
-        labels=lambda tables: None,
-        model=lambda path, labels, training: AutoModelForQuestionAnswering.from_pretrained(
-            path, **_dropout(training.dropout)),
-        encode=lambda table, tok, training, labels: MrcFeatures.encode(
-            mrc_examples(table), tok, training.max_seq_length, training.doc_stride, training.max_query_length),
-        evaluate=_evaluate_mrc),
-}
-

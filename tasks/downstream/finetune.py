@@ -72,7 +72,7 @@ def fit(model: torch.nn.Module, data: Batches, *, epochs: float, batch_size: int
 def fit_seed(family, model_dir, labels, data: Batches, training, seed: int, device: torch.device,
              log: Callable[[str], None] = print) -> tuple[torch.nn.Module, dict]:
     """One fine-tuning run as ``finetune@<model>-<task>`` does it for ``seed``: the head of
-    ``family`` (a :class:`tasks.downstream.downstream.Family`) initialised under ``seed`` on the encoder in
+    ``family`` (a :class:`tasks.downstream.families.Family`) initialised under ``seed`` on the encoder in
     ``model_dir``, then :func:`fit` with the task's ``training`` knobs. The analyses (attention
     zones, attributions) use it to rebuild exactly the model whose scores ``finetune`` reports.
 

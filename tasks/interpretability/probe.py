@@ -24,7 +24,8 @@ from sklearn.preprocessing import StandardScaler
 
 from tasks.core.errors import SourceError
 from tasks.core.io import numbered_lines
-from tasks.downstream.ner import IGNORE_INDEX, EncodedNer, NerSentence
+from tasks.downstream.ner import EncodedNer, NerSentence
+from tasks.training.batching import IGNORE_INDEX
 from tasks.training.device import autocast
 
 

@@ -20,7 +20,7 @@ from torch import nn
 from transformers import AutoModel
 from transformers.modeling_outputs import SequenceClassifierOutput, TokenClassifierOutput
 
-from tasks.downstream.ner import IGNORE_INDEX
+from tasks.training.batching import IGNORE_INDEX
 
 
 class ScalarMix(nn.Module):

@@ -44,9 +44,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tasks.corpus.similar_words import SimilarWords
+from tasks.training.batching import IGNORE_INDEX
 
 MASKING_SCHEMES = ("mlm", "wwm", "ngram")
-IGNORE = -100  # label of positions that are not predicted (PyTorch's cross-entropy default)
 
 
 @dataclass(frozen=True)
@@ -346,7 +346,7 @@ def corrupt(input_ids: np.ndarray, chosen: np.ndarray, unit_ids: np.ndarray, con
         ValueError: ``config.similar > 0`` without ``similar``.
     """
     out = input_ids.copy()
-    labels = np.full(input_ids.shape, IGNORE, dtype=np.int32)
+    labels = np.full(input_ids.shape, IGNORE_INDEX, dtype=np.int32)
     counts = {"chosen": int(chosen.sum())}
     rows, cols = np.nonzero(chosen)
     edges = np.cumsum([config.mask, config.random, config.similar, config.permute])

@@ -12,6 +12,8 @@ import pyarrow as pa
 
 from tasks.core.rng import named_rng
 
+IGNORE_INDEX = -100  # label of positions no loss counts (PyTorch's cross-entropy default)
+
 
 def ragged(column: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, np.ndarray]:
     """``(values, offsets)`` of an Arrow list column (zero-copy where possible)."""
