@@ -14,7 +14,7 @@ from prefect import flow, get_run_logger
 from tasks.core import paths
 from tasks.core.io import atomic_outputs, write_json, write_parquet
 from tasks.core.params import load_params
-from tasks.core.stage import run_stage, stage_task
+from tasks.core.stage import run_stage
 from tasks.downstream.downstream import prepare_task
 from tasks.downstream.families import FAMILIES
 
@@ -23,7 +23,7 @@ from tasks.downstream.families import FAMILIES
 def downstream(task: str) -> None:
     params = load_params()
     spec = params.task(task)
-    tables, stats = stage_task(prepare_task)(task, spec, paths.RAW, params.seed)
+    tables, stats = prepare_task(task, spec, paths.RAW, params.seed)
     get_run_logger().info(f"{task}: {stats['rows']}; malformed: {stats['malformed']['counts']}")
     texts = [t for split in ("dev", "test") for t in FAMILIES[spec.family].texts(tables[split])]
     with atomic_outputs(paths.DOWNSTREAM / task, paths.stage_metrics("downstream", task)) as (out, metrics):

@@ -8,31 +8,17 @@ from the same checkpoint with its own head initialisation and data order.
 
 import sys
 
-from prefect import flow, get_run_logger
+from prefect import flow
 
 from tasks.core import paths
 from tasks.core.errors import ParamsError
-from tasks.core.io import atomic_outputs, write_json, write_jsonl
+from tasks.core.io import atomic_outputs, write_json
 from tasks.core.model_dir import check_weights, load_tokenizer
 from tasks.core.params import load_params
-from tasks.core.stage import run_stage, stage_task
+from tasks.core.stage import run_stage
 from tasks.downstream.families import FAMILIES, load_task_data
-from tasks.downstream.finetune import fit_seed, summarize
+from tasks.downstream.finetune import run_seed, summarize, write_predictions
 from tasks.training.device import resolve_device
-
-SPLITS = ("train", "dev", "test")
-
-
-@stage_task(task_run_name="seed-{seed}")
-def run_seed(family, model_dir, labels, data, tables, training, metrics, seed: int, device):
-    logger = get_run_logger()
-    model, train = fit_seed(family, model_dir, labels, data["train"], training, seed, device, logger.info)
-    result, predictions = {"seed": seed, "train": train}, {}
-    for split in ("dev", "test"):
-        result[split], predictions[split] = family.evaluate(model, data[split], tables[split], training, labels,
-                                                           metrics, device)
-    logger.info(f"seed {seed}: dev {result['dev']} test {result['test']}")
-    return result, predictions
 
 
 @flow(name="finetune")
@@ -46,27 +32,19 @@ def finetune(model_name: str, task_name: str) -> None:
     model_dir = paths.MODELS / model_name
     tokenizer = load_tokenizer(model_dir)
     check_weights(model_dir)  # fail before encoding the task, not at the first seed
-    tables, labels, data = load_task_data(task_name, family, SPLITS, tokenizer, training)
+    tables, labels, data = load_task_data(task_name, family, ("train", "dev", "test"), tokenizer, training)
     # truncation (NER) and answers no window holds (MRC): counted, never silently lost
     encoding = {s: d.stats for s, d in data.items() if getattr(d, "stats", None)}
     device = resolve_device(cfg.device)
-    runs, predictions = [], {}
-    for seed in cfg.seeds:
-        result, predictions[seed] = run_seed(family, model_dir, labels, data, tables, training, spec.metrics,
-                                             seed, device)
-        runs.append(result)
+    results = [run_seed(family, model_dir, labels, data, tables, training, spec.metrics, seed, device)
+               for seed in cfg.seeds]
+    runs = [result for result, _ in results]
     summary = {split: {m: summarize([r[split][m] for r in runs]) for m in spec.metrics} for split in ("dev", "test")}
     metrics = {"model": model_name, "task": task_name, "family": spec.family, "headline": spec.metrics[0],
                "seeds": cfg.seeds, "encoding": encoding, "training": training.model_dump(), "runs": runs, **summary}
     name = paths.finetune_name(model_name, task_name)
     with atomic_outputs(paths.PREDICTIONS / name, paths.stage_metrics("finetune", name)) as (out, metrics_file):
-        out.mkdir(parents=True)
-        for seed, by_split in predictions.items():
-            for split, preds in by_split.items():
-                if isinstance(preds, dict):  # MRC: the official {id: answer} file
-                    write_json(out / f"{split}-seed{seed}.json", preds)
-                else:
-                    write_jsonl(out / f"{split}-seed{seed}.jsonl", preds)
+        write_predictions(out, {seed: preds for seed, (_, preds) in zip(cfg.seeds, results)})
         write_json(metrics_file, metrics)
 
 

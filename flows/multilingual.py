@@ -10,7 +10,7 @@ from prefect import flow, get_run_logger
 from tasks.core import paths
 from tasks.core.io import atomic_outputs, read_json, write_json, write_parquet
 from tasks.core.params import load_params
-from tasks.core.stage import run_stage, stage_task
+from tasks.core.stage import run_stage
 from tasks.multilingual.multilingual import build_documents, iter_inputs
 
 
@@ -28,7 +28,7 @@ def multilingual() -> None:
             missing.append({"lang": item.lang, "source": item.source, "files": item.files, "reason": reason})
         else:
             present.append((item, origin, docs))
-    table, languages = stage_task(build_documents)(present, spec, params.seed)
+    table, languages = build_documents(present, spec, params.seed)
     declared = list(dict.fromkeys(i.lang for i in spec.inputs))
     absent = [lang for lang in declared if lang not in languages]
     if absent:

@@ -9,7 +9,7 @@ from prefect.artifacts import create_markdown_artifact
 from tasks.core import paths
 from tasks.core.io import atomic_outputs
 from tasks.core.params import load_params
-from tasks.core.stage import run_stage, stage_task
+from tasks.core.stage import run_stage
 from tasks.report.html import to_html
 from tasks.report.report import TITLE, build_report
 
@@ -19,7 +19,7 @@ def report() -> None:
     params = load_params()
     out = paths.REPORTS
     with atomic_outputs(out / "report.md", out / "report.html", out / "figures") as (md_file, html_file, figures):
-        text = stage_task(build_report)(params, figures, out)
+        text = build_report(params, figures, out)
         # The Markdown refers to figures/...; render the HTML against the temporary folder.
         md_file.write_text(text, encoding="utf-8")
         html_file.write_text(to_html(text.replace("](figures/", f"]({figures.name}/"), out, TITLE),

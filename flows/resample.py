@@ -13,7 +13,7 @@ from transformers import AutoTokenizer
 from tasks.core import paths
 from tasks.core.io import atomic_outputs, write_json, write_parquet
 from tasks.core.params import load_params
-from tasks.core.stage import run_stage, stage_task
+from tasks.core.stage import run_stage
 from tasks.multilingual.multilingual import read_documents
 from tasks.multilingual.resample import resample
 
@@ -30,8 +30,8 @@ def resample_mixture(mixture: str) -> None:
     lengths = np.array([len(x) for x in ids])
     keep = np.flatnonzero(lengths > 0)  # a document the tokenizer turns into nothing carries no text
     langs = docs.column("lang").to_pylist()
-    rows, copies, languages = stage_task(resample)([langs[i] for i in keep], lengths[keep], alpha, beta,
-                                                   spec.total_tokens, params.seed)
+    rows, copies, languages = resample([langs[i] for i in keep], lengths[keep], alpha, beta,
+                                      spec.total_tokens, params.seed)
     rows = keep[rows]
     out_table = pa.table({"doc_id": docs.column("doc_id").take(rows), "lang": docs.column("lang").take(rows),
                           "copy": pa.array(copies, pa.int32()), "text": docs.column("text").take(rows)})

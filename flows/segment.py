@@ -10,7 +10,7 @@ from prefect import flow, get_run_logger
 from tasks.core import paths
 from tasks.core.io import atomic_outputs, write_json, write_parquet
 from tasks.core.params import load_params
-from tasks.core.stage import run_stage, stage_task
+from tasks.core.stage import run_stage
 from tasks.corpus.segment import add_words
 
 
@@ -19,7 +19,7 @@ def segment() -> None:
     params = load_params().segment
     corpus = pq.read_table(paths.CORPUS)
     start = time.perf_counter()
-    table = stage_task(add_words)(corpus, hmm=params.hmm, user_dict=params.user_dict, workers=params.workers)
+    table = add_words(corpus, hmm=params.hmm, user_dict=params.user_dict, workers=params.workers)
     wall = time.perf_counter() - start
     chars = pc.sum(pc.utf8_length(corpus.column("text"))).as_py()
     words = pc.sum(pc.list_value_length(table.column("words"))).as_py()

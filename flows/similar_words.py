@@ -12,7 +12,7 @@ from tasks.core import paths
 from tasks.core.io import atomic_outputs, write_json, write_parquet
 from tasks.core.params import load_params
 from tasks.core.paths import source_file
-from tasks.core.stage import run_stage, stage_task
+from tasks.core.stage import run_stage
 from tasks.corpus.similar_words import build_lexicon, load_word_vectors
 
 
@@ -20,10 +20,10 @@ from tasks.corpus.similar_words import build_lexicon, load_word_vectors
 def similar_words() -> None:
     spec = load_params().similar_words
     start = time.perf_counter()
-    words, vectors = stage_task(load_word_vectors)(source_file(paths.RAW, spec.source, spec.file))
+    words, vectors = load_word_vectors(source_file(paths.RAW, spec.source, spec.file))
     corpus_words = pq.read_table(paths.SEGMENTED, columns=["words"]).column("words").combine_chunks().flatten()
     tokenizer = AutoTokenizer.from_pretrained(paths.TOKENIZER)
-    table, stats = stage_task(build_lexicon)(corpus_words, words, vectors, tokenizer, spec.neighbours)
+    table, stats = build_lexicon(corpus_words, words, vectors, tokenizer, spec.neighbours)
     stats["wall_sec"] = round(time.perf_counter() - start, 2)
     get_run_logger().info(f"similar words: {stats}")
     with atomic_outputs(paths.LEXICON, paths.stage_metrics("similar_words")) as (out, metrics):

@@ -8,24 +8,16 @@ from prefect import flow, get_run_logger
 from tasks.core import paths
 from tasks.core.io import atomic_outputs, write_json, write_parquet
 from tasks.core.params import load_params
-from tasks.core.paths import source_file
-from tasks.core.stage import run_stage, stage_task
-from tasks.corpus.tokenize import load_vocab_tokenizer, tokens_table, train_tokenizer, vocab_stats
-
-
-@stage_task
-def build_tokenizer(params, texts: list[str]):
-    if params.vocab == "train":
-        return train_tokenizer(texts, params.train_vocab_size, params.train_min_frequency)
-    return load_vocab_tokenizer(source_file(paths.RAW, params.vocab, "vocab.txt"))
+from tasks.core.stage import run_stage
+from tasks.corpus.tokenize import build_tokenizer, tokens_table, vocab_stats
 
 
 @flow(name="tokenize")
 def tokenize() -> None:
     params = load_params().tokenizer
     segmented = pq.read_table(paths.SEGMENTED)
-    tokenizer = build_tokenizer(params, segmented.column("text").to_pylist())
-    tokens = stage_task(tokens_table)(segmented, tokenizer)
+    tokenizer = build_tokenizer(params, segmented.column("text").to_pylist(), paths.RAW)
+    tokens = tokens_table(segmented, tokenizer)
     stats = vocab_stats(tokenizer, tokens.column("input_ids"), sum(map(len, segmented.column("text").to_pylist())))
     get_run_logger().info(f"tokens: {stats}")
     with atomic_outputs(paths.TOKENIZER, paths.TOKENS, paths.stage_metrics("tokenize")) as (tok, out, metrics):

@@ -11,7 +11,7 @@ from tasks.core import paths
 from tasks.core.io import atomic_outputs, write_json
 from tasks.core.params import load_params
 from tasks.core.paths import source_file
-from tasks.core.stage import run_stage, stage_task
+from tasks.core.stage import run_stage
 from tasks.corpus.tokenize import load_vocab_tokenizer
 from tasks.multilingual.multilingual import documents_by_language, read_documents
 from tasks.multilingual.vocabulary import coverage, extension_tokens, multilingual_tokenizer, vocabulary
@@ -31,8 +31,8 @@ def vocab_extension() -> None:
     train_unk = {lang: coverage(base, texts)["unk_rate"] for lang, texts in train.items()}
     poor = [lang for lang, rate in train_unk.items() if rate > spec.vocab.unk_rate_threshold]
     logger.info(f"[UNK] rate of the base tokenizer on training text: {train_unk}; extending for {poor}")
-    new = stage_task(extension_tokens)(base_vocab, [t for lang in poor for t in train[lang]],
-                                       spec.vocab.new_vocab_size, spec.vocab.min_frequency)
+    new = extension_tokens(base_vocab, [t for lang in poor for t in train[lang]],
+                           spec.vocab.new_vocab_size, spec.vocab.min_frequency)
     extended = multilingual_tokenizer(base_vocab + new)
     report = {lang: {name: coverage(tok, heldout.get(lang) or train[lang])
                      for name, tok in (("chinese_bert", chinese_bert), ("base", base), ("extended", extended))}

@@ -35,7 +35,7 @@ def polarity_task(raw, positive: list[str], negative: list[str]) -> DownstreamTa
 
 def test_prepare_task_counts_classes_per_split(tmp_path):
     spec = polarity_task(tmp_path, [f"好{i}" for i in range(20)], [f"差{i}" for i in range(20)])
-    tables, stats = prepare_task("pol", spec, tmp_path, seed=1)
+    tables, stats = prepare_task.fn("pol", spec, tmp_path, seed=1)
     for split, table in tables.items():
         counts = stats["labels"][split]
         assert set(counts) == {"0", "1"} and sum(counts.values()) == table.num_rows
@@ -48,7 +48,7 @@ def test_conflicting_labels_leaving_one_class_raise(tmp_path):
     with pytest.raises(SourceError, match=r"task 'pol': fewer than 2 classes \(class: count\) in split\(s\) "
                                           r"train \{'1': 10\}; dev \{'1': 5\}; test \{'1': 5\} after dropping "
                                           r"20 text\(s\) with conflicting labels"):
-        prepare_task("pol", spec, tmp_path, seed=1)
+        prepare_task.fn("pol", spec, tmp_path, seed=1)
 
 
 def test_one_class_split_from_a_file_is_named(tmp_path):
@@ -60,7 +60,7 @@ def test_one_class_split_from_a_file_is_named(tmp_path):
                           split={"test": 0.25}, malformed="fail")
     with pytest.raises(SourceError, match=r"task 't': fewer than 2 classes \(class: count\) in split\(s\) "
                                           r"dev \{'1': 3\}$"):
-        prepare_task("t", spec, tmp_path, seed=1)
+        prepare_task.fn("t", spec, tmp_path, seed=1)
 
 
 def test_bad_encoding_names_file_and_line(tmp_path):

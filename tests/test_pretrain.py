@@ -90,7 +90,7 @@ def test_batch_schedule_covers_each_epoch_and_groups_lengths():
 def test_resume_after_kill_reproduces_the_uninterrupted_run(tmp_path):
     data = tiny_data()
     full_model = tiny_model()
-    full = train(full_model, data, cfg(), seed=1, device=torch.device("cpu"), checkpoint=tmp_path / "a.pt",
+    full = train.fn(full_model, data, cfg(), seed=1, device=torch.device("cpu"), checkpoint=tmp_path / "a.pt",
                  fingerprint="f", log=lambda _: None)
     assert full["steps"] >= 20 and full["tokens"] >= 2000 - 4 * 20
 
@@ -102,12 +102,12 @@ def test_resume_after_kill_reproduces_the_uninterrupted_run(tmp_path):
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        train(killed, data, short, seed=1, device=torch.device("cpu"), checkpoint=tmp_path / "b.pt",
+        train.fn(killed, data, short, seed=1, device=torch.device("cpu"), checkpoint=tmp_path / "b.pt",
               fingerprint="f", log=stop_at_15)
     assert (tmp_path / "b.pt").is_file()
     resumed_model = tiny_model(seed=123)  # different init: everything must come from the checkpoint
     messages = []
-    resumed = train(resumed_model, data, short, seed=1, device=torch.device("cpu"), checkpoint=tmp_path / "b.pt",
+    resumed = train.fn(resumed_model, data, short, seed=1, device=torch.device("cpu"), checkpoint=tmp_path / "b.pt",
                     fingerprint="f", log=messages.append)
     assert messages[0].startswith("resuming from")
     assert resumed["tokens"] == full["tokens"]
@@ -118,17 +118,17 @@ def test_resume_after_kill_reproduces_the_uninterrupted_run(tmp_path):
 
 def test_stale_checkpoint_is_ignored(tmp_path):
     data = tiny_data()
-    train(tiny_model(), data, cfg(token_budget=800), seed=1, device=torch.device("cpu"),
+    train.fn(tiny_model(), data, cfg(token_budget=800), seed=1, device=torch.device("cpu"),
           checkpoint=tmp_path / "c.pt", fingerprint="old", log=lambda _: None)
     messages = []
-    train(tiny_model(), data, cfg(token_budget=800), seed=1, device=torch.device("cpu"),
+    train.fn(tiny_model(), data, cfg(token_budget=800), seed=1, device=torch.device("cpu"),
           checkpoint=tmp_path / "c.pt", fingerprint="new", log=messages.append)
     assert any("ignoring stale checkpoint" in m for m in messages)
     assert not any(m.startswith("resuming") for m in messages)
 
 
 def run(checkpoint, fingerprint="f", model=None, log=None, **kw):
-    return train(model or tiny_model(), tiny_data(), cfg(**kw), seed=1, device=torch.device("cpu"),
+    return train.fn(model or tiny_model(), tiny_data(), cfg(**kw), seed=1, device=torch.device("cpu"),
                  checkpoint=checkpoint, fingerprint=fingerprint, log=log or (lambda _: None))
 
 
@@ -268,7 +268,7 @@ def test_perlm_and_sentence_heads_train():
     hidden = model.mlm.bert(input_ids=b["input_ids"], attention_mask=b["attention_mask"]).last_hidden_state
     logits = model.position_head(hidden[b["rows"], b["cols"]], b["attention_mask"][b["rows"]].bool())
     assert torch.isinf(logits[b["attention_mask"][b["rows"]] == 0]).all()
-    summary = train(model, data, cfg(token_budget=3000), seed=1, device=torch.device("cpu"),
+    summary = train.fn(model, data, cfg(token_budget=3000), seed=1, device=torch.device("cpu"),
                     checkpoint=Path("/nonexistent/never-written.pt"), fingerprint="f", log=lambda _: None)
     assert summary["final_sentence_accuracy"] is not None and summary["final_loss"] < summary["rows"][0]["loss"]
     assert set(model.extra_heads()) >= {"position_head.decoder.weight", "sentence_head.classifier.weight"}

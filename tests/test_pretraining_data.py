@@ -70,8 +70,8 @@ def test_shards_are_deterministic_and_decode(tmp_path):
     kwargs = dict(objective="wwm", seed=3, dupe_factor=2, shard_size=50, mask_token_id=MASK, dynamic=False,
                   random_token_ids=np.arange(1000, 2000, dtype=np.int32))
     cfg = MaskingConfig(scheme="wwm")
-    stats = write_shards(packed, cfg, tmp_path / "a", workers=1, **kwargs)
-    write_shards(packed, cfg, tmp_path / "b", workers=2, **kwargs)  # parallel: same bytes
+    stats = write_shards.fn(packed, cfg, tmp_path / "a", workers=1, **kwargs)
+    write_shards.fn(packed, cfg, tmp_path / "b", workers=2, **kwargs)  # parallel: same bytes
     files_a = sorted((tmp_path / "a").iterdir())
     assert [f.read_bytes() for f in files_a] == [f.read_bytes() for f in sorted((tmp_path / "b").iterdir())]
     assert stats["sequences"] == 2 * len(packed.lengths)
@@ -146,7 +146,7 @@ def test_nsp_negatives_take_segment_b_from_another_document():
 def test_dynamic_shards_hold_unmasked_rows_with_word_ids(tmp_path):
     doc_ids, ids, words = sentences(50)
     packed = pack_documents(doc_ids, ids, words, 64, CLS, SEP)
-    stats = write_shards(packed, MaskingConfig(scheme="wwm"), tmp_path, objective="d", seed=0, dynamic=True,
+    stats = write_shards.fn(packed, MaskingConfig(scheme="wwm"), tmp_path, objective="d", seed=0, dynamic=True,
                          dupe_factor=5, shard_size=40, mask_token_id=MASK,
                          random_token_ids=np.arange(1000, 2000, dtype=np.int32))
     table = read_shards(tmp_path)
@@ -160,7 +160,7 @@ def test_dynamic_shards_hold_unmasked_rows_with_word_ids(tmp_path):
 def test_truncated_shard_is_a_source_error_naming_it(tmp_path):
     doc_ids, ids, words = sentences(50)
     packed = pack_documents(doc_ids, ids, words, 64, CLS, SEP)
-    write_shards(packed, MaskingConfig(scheme="wwm"), tmp_path, objective="d", seed=0, dynamic=True,
+    write_shards.fn(packed, MaskingConfig(scheme="wwm"), tmp_path, objective="d", seed=0, dynamic=True,
                  dupe_factor=1, shard_size=20, mask_token_id=MASK,
                  random_token_ids=np.arange(1000, 2000, dtype=np.int32))
     shard = sorted(tmp_path.glob("shard-*.parquet"))[1]

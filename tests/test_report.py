@@ -155,7 +155,7 @@ def test_every_section_template_renders_from_metrics(params, tmp_path):
 
 
 def test_sections_say_what_has_not_run(params, tmp_path):
-    md = build_report(params, tmp_path / "figures", tmp_path,
+    md = build_report.fn(params, tmp_path / "figures", tmp_path,
                       Inputs(metrics=tmp_path / "none", params_file=ROOT / "params.yaml"))
     headings = [line for line in md.splitlines() if line.startswith("## ")]
     assert headings == ["## Corpus", "## Pretraining", "## Objective comparison", "## Fine-tuning",

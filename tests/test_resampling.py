@@ -70,7 +70,7 @@ def corpus(seed=0):
 @pytest.mark.parametrize("alpha,beta", [(1.0, 0.0), (0.7, 0.3), (0.5, 0.0)])
 def test_empirical_shares_match_the_probabilities(alpha, beta):
     langs, lengths = corpus()
-    rows, copies, stats = resample(langs, lengths, alpha, beta, total_tokens=300_000, seed=1)
+    rows, copies, stats = resample.fn(langs, lengths, alpha, beta, total_tokens=300_000, seed=1)
     drawn = np.array(langs, dtype=object)[rows]
     for lang, s in stats.items():
         share = float((drawn == lang).mean())
@@ -82,7 +82,7 @@ def test_empirical_shares_match_the_probabilities(alpha, beta):
 
 def test_resampling_up_samples_small_languages_and_records_repeats():
     langs, lengths = corpus()
-    rows, copies, stats = resample(langs, lengths, 0.7, 0.3, total_tokens=300_000, seed=1)
+    rows, copies, stats = resample.fn(langs, lengths, 0.7, 0.3, total_tokens=300_000, seed=1)
     assert stats["bo"]["token_share_after"] > 3 * stats["bo"]["token_share_before"]
     assert stats["zh"]["token_share_after"] < stats["zh"]["token_share_before"]
     bo = stats["bo"]
@@ -94,9 +94,9 @@ def test_resampling_up_samples_small_languages_and_records_repeats():
 
 def test_resampling_is_deterministic_and_seeded():
     langs, lengths = corpus()
-    a = resample(langs, lengths, 0.7, 0.3, 100_000, seed=3)
-    b = resample(langs, lengths, 0.7, 0.3, 100_000, seed=3)
-    c = resample(langs, lengths, 0.7, 0.3, 100_000, seed=4)
+    a = resample.fn(langs, lengths, 0.7, 0.3, 100_000, seed=3)
+    b = resample.fn(langs, lengths, 0.7, 0.3, 100_000, seed=3)
+    c = resample.fn(langs, lengths, 0.7, 0.3, 100_000, seed=4)
     assert np.array_equal(a[0], b[0]) and a[2] == b[2]
     assert not np.array_equal(a[0], c[0])
     assert {k: v["drawn_documents"] for k, v in a[2].items()} == {k: v["drawn_documents"] for k, v in c[2].items()}

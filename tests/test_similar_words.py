@@ -44,15 +44,15 @@ def test_vectors_are_read_without_running_code(tmp_path):
     with gzip.open(path, "wb") as f:
         pickle.dump(([Evil()], {}, {}), f)
     with pytest.raises(SourceError, match="refusing to load posix.system|refusing to load os.system"):
-        load_word_vectors(path)
+        load_word_vectors.fn(path)
 
 
 def test_malformed_vector_line_is_named(tmp_path):
     path = write_model(tmp_path / "bad.model", ["国家 1 0", "政府 1"])
     with pytest.raises(SourceError, match=r"bad.model: vector line 2 has 1 values, expected 2"):
-        load_word_vectors(path)
+        load_word_vectors.fn(path)
     with pytest.raises(SourceError, match="word-vector file not found"):
-        load_word_vectors(tmp_path / "missing.model")
+        load_word_vectors.fn(tmp_path / "missing.model")
 
 
 def test_nearest_neighbours_hand_worked():
@@ -65,9 +65,9 @@ def test_nearest_neighbours_hand_worked():
 def test_lexicon_keeps_same_length_candidates_in_similarity_order(tmp_path, tokenizer):
     lines = ["国家 1 0 0", "政府 0.9 0.1 0", "民族 0.8 0.2 0", "中华人 0.95 0 0.05", "新年 0 1 0", "春节 0 0.9 0.1",
              "元旦 0 0.8 0.2", "朝代 0.85 0.1 0", "家 1 0.01 0"]
-    words, vectors = load_word_vectors(write_model(tmp_path / "v.model", lines))
+    words, vectors = load_word_vectors.fn(write_model(tmp_path / "v.model", lines))
     corpus = pa.array(["国家", "新年", "国家", "没有", "朝代"])
-    table, stats = build_lexicon(corpus, words, vectors, tokenizer, neighbours=3)
+    table, stats = build_lexicon.fn(corpus, words, vectors, tokenizer, neighbours=3)
     rows = {r["word"]: r for r in table.to_pylist()}
     assert list(rows) == ["国家", "新年", "朝代"]  # corpus words with a vector, first-seen order
     # 国家's 3 nearest: 家 (1 token), 中华人 (3 tokens), 政府 (2 tokens): only 政府 has its length
@@ -91,7 +91,7 @@ def test_lexicon_ids_line_up_with_tokens():
 
 @pytest.mark.skipif(not (DATA / "word_vectors_sample.model").is_file(), reason="excerpt missing")
 def test_packaged_excerpt_gives_sensible_neighbours():
-    words, vectors = load_word_vectors(DATA / "word_vectors_sample.model")
+    words, vectors = load_word_vectors.fn(DATA / "word_vectors_sample.model")
     assert len(words) == 1200 and vectors.shape == (1200, 200)
     index, _ = nearest_neighbours(np.array([words.index("中国")]), vectors, k=10)
     assert {"我国", "国内", "全国", "世界"} & {words[i] for i in index[0]}
@@ -134,7 +134,7 @@ SAMPLE_LEXICON_SHA256 = "6feebfaaf95d1e720746d4f2931de326c4b46473f08b4b988fe5283
 @pytest.mark.skipif(not (DATA / "word_vectors_sample.model").is_file(), reason="excerpt missing")
 def test_sample_lexicon_is_machine_independent(tmp_path, monkeypatch):
     threadpoolctl = pytest.importorskip("threadpoolctl")
-    words, vectors = load_word_vectors(DATA / "word_vectors_sample.model")
+    words, vectors = load_word_vectors.fn(DATA / "word_vectors_sample.model")
     # exact ties: 全国 and 国内 get 中国's vector, so they are 中国's first two neighbours, by row
     vectors[[words.index("全国"), words.index("国内")]] = vectors[words.index("中国")]
     vocab = tmp_path / "vocab.txt"
@@ -143,10 +143,10 @@ def test_sample_lexicon_is_machine_independent(tmp_path, monkeypatch):
     corpus = pa.array(words[::-1] + words[:100])  # every sample word, repeats allowed
 
     def build(vectors=vectors):
-        return lexicon_digest(build_lexicon(corpus, words, vectors, tokenizer, neighbours=10)[0])
+        return lexicon_digest(build_lexicon.fn(corpus, words, vectors, tokenizer, neighbours=10)[0])
 
     digest = build()
-    table, _ = build_lexicon(corpus, words, vectors, tokenizer, neighbours=10)
+    table, _ = build_lexicon.fn(corpus, words, vectors, tokenizer, neighbours=10)
     row = table.to_pylist()[table.column("word").to_pylist().index("中国")]
     assert row["similar"][:2] == ["全国", "国内"] and row["similarity"][:2] == [1.0, 1.0]
     sims = table.column("similarity").to_pylist()

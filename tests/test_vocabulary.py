@@ -29,7 +29,7 @@ def test_coverage_counts_unk_and_tokens_per_char():
 
 def test_extension_appends_new_tokens_and_removes_unk():
     base = multilingual_tokenizer(BASE)
-    new = extension_tokens(BASE, TIBETAN, vocab_size=60, min_frequency=2)
+    new = extension_tokens.fn(BASE, TIBETAN, vocab_size=60, min_frequency=2)
     assert new and not set(new) & set(BASE)
     extended = multilingual_tokenizer(BASE + new)
     assert vocabulary(extended)[: len(BASE)] == BASE  # every old id keeps its token

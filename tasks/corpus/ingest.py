@@ -34,8 +34,11 @@ from typing import Iterable, Iterator
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+from prefect import get_run_logger
+
 from tasks.core.errors import SourceError
 from tasks.core.io import numbered_lines
+from tasks.core.paths import source_file
 from tasks.core.stage import stage_task
 from tasks.core.text import join_words, normalise, split_sentences
 
@@ -264,6 +267,18 @@ def build_corpus(inputs: Iterable[tuple[str, str, Iterable[list[str]]]], eval_se
     if not cols["text"]:
         raise SourceError(f"empty corpus: no sentence left after ingesting source(s) {', '.join(sources)}")
     return pa.Table.from_pydict(cols, schema=SCHEMA), stats
+
+
+@stage_task
+def ingest_corpus(corpus, raw_dir: Path, eval_sentences: set[str]) -> tuple[pa.Table, IngestStats]:
+    """:func:`build_corpus` of every input of the ``corpus`` params, read from the acquired
+    files under ``raw_dir``."""
+    inputs = [(item.source, item.lang,
+               read_documents(source_file(raw_dir, item.source, item.file), item.format, item.text_field))
+              for item in corpus.inputs]
+    table, stats = build_corpus(inputs, eval_sentences, corpus.min_sentence_chars)
+    get_run_logger().info(f"corpus: {stats.to_dict()}")
+    return table, stats
 
 
 @stage_task

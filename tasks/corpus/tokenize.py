@@ -24,6 +24,8 @@ import pyarrow as pa
 from transformers import BertTokenizerFast, PreTrainedTokenizerBase
 
 from tasks.core.errors import SourceError
+from tasks.core.paths import source_file
+from tasks.core.stage import stage_task
 from tasks.corpus.wordpiece import train_wordpiece, word_counts
 
 SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
@@ -90,6 +92,7 @@ def tokenize_words(tokenizer: PreTrainedTokenizerBase, texts: list[str], words: 
     return all_ids, all_words
 
 
+@stage_task
 def tokens_table(table: pa.Table, tokenizer: PreTrainedTokenizerBase) -> pa.Table:
     """``doc_id, sent_id, input_ids, word_ids`` for a segmented sentence table."""
     texts = table.column("text").to_pylist()
@@ -111,3 +114,12 @@ def vocab_stats(tokenizer: PreTrainedTokenizerBase, ids: pa.ChunkedArray, n_char
     return {"vocab_size": len(tokenizer), "tokens": int(flat.size),
             "unk_rate": float((flat == tokenizer.unk_token_id).mean()),
             "tokens_per_char": float(flat.size / max(n_chars, 1))}
+
+
+@stage_task
+def build_tokenizer(params, texts: list[str], raw_dir: Path) -> BertTokenizerFast:
+    """The tokenizer of the ``tokenizer`` params: WordPiece trained on ``texts``
+    (``vocab: train``), or the ``vocab.txt`` of the acquired source ``vocab`` under ``raw_dir``."""
+    if params.vocab == "train":
+        return train_tokenizer(texts, params.train_vocab_size, params.train_min_frequency)
+    return load_vocab_tokenizer(source_file(raw_dir, params.vocab, "vocab.txt"))

@@ -29,6 +29,7 @@ from tasks.core.errors import SourceError
 from tasks.core.params import DownstreamTask
 from tasks.core.paths import source_file
 from tasks.core.quality import Issues
+from tasks.core.stage import stage_task
 from tasks.downstream.classification import deduplicate, read_polarity_lines, split_table
 from tasks.downstream.glue import read_clue_jsonl, read_glue, read_table
 from tasks.downstream.mrc import DEFAULT_QUERIES, MrcExample, ner_to_mrc, read_squad
@@ -102,6 +103,7 @@ def _subset(table: pa.Table, n: int, rng: np.random.Generator) -> tuple[pa.Table
     return table.filter(pa.array(pick)), table.filter(pa.array(~pick))
 
 
+@stage_task
 def prepare_task(name: str, spec: DownstreamTask, raw_dir: Path, seed: int) -> tuple[dict[str, pa.Table], dict]:
     """Read, split and cap one task's data.
 

@@ -4,18 +4,24 @@ A task supplies a dataset object with ``__len__`` and ``batch(index) -> dict of
 tensors`` whose keys are the keyword arguments of a Hugging Face task head
 (``input_ids``, ``attention_mask``, ``token_type_ids``, ``labels``, ...); the
 head computes its own loss. Everything else (optimiser, schedule, clipping,
-seeding, mixed precision, device) is here, once.
+seeding, mixed precision, device) is here, once; :func:`run_seed` and
+:func:`fine_tune` are the Prefect tasks of the stages that fine-tune, and
+:func:`write_predictions` writes the predictions' files.
 """
 
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Callable, Protocol
 
 import numpy as np
 import torch
+from prefect import get_run_logger
 
+from tasks.core.io import write_json, write_jsonl
 from tasks.core.model_dir import load_model
+from tasks.core.stage import stage_task
 from tasks.training.batching import BatchSchedule
 from tasks.training.device import autocast
 from tasks.training.optim import learning_rate, optimizer_for
@@ -89,6 +95,40 @@ def fit_seed(family, model_dir, labels, data: Batches, training, seed: int, devi
                 warmup_fraction=training.warmup_fraction, weight_decay=training.weight_decay,
                 max_grad_norm=training.max_grad_norm, seed=seed, device=device, log=log)
     return model.eval(), train
+
+
+@stage_task(name="fine_tune")
+def fine_tune(family, model_dir, labels, data: Batches, training, seed: int,
+              device: torch.device) -> tuple[torch.nn.Module, dict]:
+    """:func:`fit_seed` as a Prefect task, logging to its run logger."""
+    return fit_seed(family, model_dir, labels, data, training, seed, device, get_run_logger().info)
+
+
+@stage_task(task_run_name="seed-{seed}")
+def run_seed(family, model_dir, labels, data: dict, tables: dict, training, metrics: list[str], seed: int,
+             device: torch.device) -> tuple[dict, dict]:
+    """One seed of ``finetune``: :func:`fit_seed` on ``data['train']``, then scores and
+    predictions on dev and test (``({"seed", "train", "dev", "test"}, {split: predictions})``)."""
+    logger = get_run_logger()
+    model, train = fit_seed(family, model_dir, labels, data["train"], training, seed, device, logger.info)
+    result, predictions = {"seed": seed, "train": train}, {}
+    for split in ("dev", "test"):
+        result[split], predictions[split] = family.evaluate(model, data[split], tables[split], training, labels,
+                                                           metrics, device)
+    logger.info(f"seed {seed}: dev {result['dev']} test {result['test']}")
+    return result, predictions
+
+
+def write_predictions(folder: Path, predictions: dict) -> None:
+    """``{seed: {split: predictions}}`` as ``<split>-seed<seed>.json`` (MRC: the official
+    ``{id: answer}`` file) or ``.jsonl`` (one record a line) in ``folder``, created here."""
+    folder.mkdir(parents=True)
+    for seed, by_split in predictions.items():
+        for split, preds in by_split.items():
+            if isinstance(preds, dict):
+                write_json(folder / f"{split}-seed{seed}.json", preds)
+            else:
+                write_jsonl(folder / f"{split}-seed{seed}.jsonl", preds)
 
 
 @torch.no_grad()

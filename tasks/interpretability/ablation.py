@@ -38,19 +38,27 @@ The intervention is an attention function registered with transformers'
 inside :meth:`ZoneAblation.block`, layers and heads that are not blocked run
 the model's own attention implementation unchanged, so blocking nothing gives
 exactly the plain model's outputs.
+
+:func:`ablation_grid` scores a model with each zone blocked in all layers at once,
+in each layer alone and (for the chosen zones) in each head of each layer alone,
+one Prefect task (:func:`ablate`) per granularity.
 """
 
 from __future__ import annotations
 
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Callable, Iterator
 
 import torch
+from prefect import get_run_logger
 from transformers import AttentionInterface, PreTrainedModel
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
 from transformers.models.bert.modeling_bert import eager_attention_forward
+
+from tasks.core.stage import stage_task
 
 ZONES = ("cls", "sep_mid", "sep_end", "special", "diagonal", "q2q", "q2p", "p2q", "p2p")
 ZONE_LABELS = {"cls": "No [CLS]", "sep_mid": "No mid [SEP]", "sep_end": "No end [SEP]",
@@ -199,3 +207,48 @@ class ZoneAblation:
             config._attn_implementation = original
             if hook is not None:
                 hook.remove()
+
+
+@stage_task(task_run_name="{granularity}")
+def ablate(granularity: str, score: Callable[[], dict], ablation: ZoneAblation, zones: list[str], layers: int,
+           heads: int) -> dict:
+    """EM/F1 with each zone blocked: ``all_layers`` -> {zone: scores};
+    ``per_layer`` -> {zone: {layer_k: scores}}; ``per_head`` -> {zone: {layer_k: {head_h: scores}}}."""
+    result = {}
+    for zone in zones:
+        if granularity == "all_layers":
+            with ablation.block(zone):
+                result[zone] = score()
+        elif granularity == "per_layer":
+            result[zone] = {}
+            for layer in range(layers):
+                with ablation.block(zone, layers={layer}):
+                    result[zone][f"layer_{layer}"] = score()
+        else:
+            result[zone] = {}
+            for layer in range(layers):
+                result[zone][f"layer_{layer}"] = {}
+                for head in range(heads):
+                    with ablation.block(zone, layers={layer}, heads={head}):
+                        result[zone][f"layer_{layer}"][f"head_{head}"] = score()
+    get_run_logger().info(f"{granularity}: {len(zones)} zone(s) done")
+    return result
+
+
+def ablation_grid(model: PreTrainedModel, sep_id: int, score: Callable[[], dict],
+                  per_head_zones: list[str]) -> dict:
+    """``score()`` of ``model`` unablated (``baseline``), then with every zone blocked in all
+    layers (``all_layers``), in each layer (``per_layer``) and, for ``per_head_zones``, in each
+    head of each layer (``per_head``); with ``layers``, ``heads`` and ``evaluation`` (count, wall
+    time). Keys in that order: ``layers``, ``heads``, ``baseline``, ``all_layers``, ``per_layer``,
+    ``per_head``, ``evaluation``."""
+    t0 = time.perf_counter()
+    config = model.config
+    zone_ablation = ZoneAblation(model, sep_id)
+    layers, heads = config.num_hidden_layers, config.num_attention_heads
+    result = {"layers": layers, "heads": heads, "baseline": score()}
+    for granularity, zones in (("all_layers", ZONES), ("per_layer", ZONES), ("per_head", per_head_zones)):
+        result[granularity] = ablate(granularity, score, zone_ablation, list(zones), layers, heads)
+    evaluations = 1 + len(ZONES) * (1 + layers) + len(per_head_zones) * layers * heads
+    result["evaluation"] = {"evaluations": evaluations, "wall_sec": round(time.perf_counter() - t0, 2)}
+    return result

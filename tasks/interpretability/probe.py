@@ -9,6 +9,9 @@ contextual representations", §2). Layer 0 is the embedding output, layer k the
 output of transformer block k. The probe is scikit-learn's ``LogisticRegression``
 (L-BFGS, deterministic) on standardised features, kept linear so that what it finds
 is in the representation rather than learnt by the probe (Hewitt and Liang 2019).
+
+:func:`probe_sentences` draws the probes' sentences; :func:`probe_layers` (a Prefect
+task of stage ``probe``) probes every layer.
 """
 
 from __future__ import annotations
@@ -18,13 +21,15 @@ from typing import Iterator
 
 import numpy as np
 import torch
+from prefect import get_run_logger
 from sklearn.linear_model import LogisticRegression
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
 from tasks.core.errors import SourceError
 from tasks.core.io import numbered_lines
-from tasks.downstream.ner import EncodedNer, NerSentence
+from tasks.core.stage import stage_task
+from tasks.downstream.ner import EncodedNer, NerSentence, ner_metrics
 from tasks.training.batching import IGNORE_INDEX
 from tasks.training.device import autocast
 
@@ -86,3 +91,37 @@ def tags_by_sentence(predicted: np.ndarray, example: np.ndarray, word: np.ndarra
     for label, e, w in zip(predicted, example, word):
         tags[e][w] = labels[label]
     return tags
+
+
+def probe_sentences(pos: list[NerSentence], ner: dict[str, list[NerSentence]], train: int, test: int,
+                    seed: int) -> dict[str, dict[str, list[NerSentence]]]:
+    """``{"pos": {"train", "test"}, "ner": {"train", "test"}}``: ``train`` + ``test`` POS
+    sentences drawn at random (seeded) without replacement, and the first ``train`` NER
+    training sentences and ``test`` NER dev sentences."""
+    pick = np.random.default_rng(seed).permutation(len(pos))[: train + test]
+    return {"pos": {"train": [pos[i] for i in pick[:train]], "test": [pos[i] for i in pick[train:]]},
+            "ner": {"train": ner["train"][:train], "test": ner["dev"][:test]}}
+
+
+@stage_task(task_run_name="{name}")
+def probe_layers(name: str, encoder, tokenizer, sentences: dict, max_length: int, batch_size: int, device,
+                 entity_f1: bool) -> dict:
+    """Probe accuracy (and NER entity-level F1) per layer, trained on ``sentences['train']``,
+    scored on ``sentences['test']``."""
+    labels = sorted({tag for chosen in sentences.values() for s in chosen for tag in s.tags})
+    features = {}
+    for split, chosen in sentences.items():
+        data = EncodedNer.encode(chosen, tokenizer, labels, max_length)
+        features[split] = word_features(encoder, data, batch_size, device)
+    (train_x, train_y, _, _), (test_x, test_y, example, word) = features["train"], features["test"]
+    result = {"labels": len(labels), "train_words": int(len(train_y)), "test_words": int(len(test_y)),
+              "majority_baseline": float(np.mean(test_y == np.bincount(train_y).argmax())), "layers": []}
+    for layer in range(len(train_x)):
+        predicted = linear_probe(train_x[layer], train_y, test_x[layer])
+        scores = {"layer": layer, "accuracy": float(np.mean(predicted == test_y))}
+        if entity_f1:
+            pred = tags_by_sentence(predicted, example, word, sentences["test"], labels)
+            scores["entity_f1"] = ner_metrics([s.tags for s in sentences["test"]], pred)["f1"]
+        result["layers"].append(scores)
+        get_run_logger().info(f"{name} layer {layer}: {scores}")
+    return result

@@ -10,16 +10,25 @@ layers as they are. ``w`` starts at 0 (equal weights) and ``γ`` at 1.
 The task heads match the fine-tuning heads of :mod:`tasks.downstream.downstream`: the mean of
 the mixed token states for classification (as ``MeanPoolClassifier``), one linear
 layer per token for NER, so the comparison with full fine-tuning changes only
-whether the encoder is trained.
+whether the encoder is trained. :func:`feature_based` trains and scores one task
+(a Prefect task of stage ``scalar_mix``).
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
+from prefect import get_run_logger
 from torch import nn
 from transformers import AutoModel
 from transformers.modeling_outputs import SequenceClassifierOutput, TokenClassifierOutput
 
+from tasks.core.errors import ParamsError
+from tasks.core.model_dir import load_model, load_tokenizer
+from tasks.core.stage import stage_task
+from tasks.downstream.families import FAMILIES, load_task_data
+from tasks.downstream.finetune import fit
 from tasks.training.batching import IGNORE_INDEX
 
 
@@ -89,3 +98,32 @@ class ScalarMixTagger(_FrozenMix):
         loss = None if labels is None else nn.functional.cross_entropy(
             logits.float().flatten(0, 1), labels.flatten(), ignore_index=IGNORE_INDEX)
         return TokenClassifierOutput(loss=loss, logits=logits)
+
+
+HEADS = {"classification": ScalarMixClassifier, "ner": ScalarMixTagger}
+
+
+@stage_task(task_run_name="{task_name}")
+def feature_based(task_name: str, model_dir: Path, params, device: torch.device) -> dict:
+    """The scalar-mix head of ``task_name``'s family on the frozen encoder in ``model_dir``,
+    trained with the task's fine-tuning knobs, the first finetune seed and
+    ``scalar_mix.learning_rate``; scores on dev and test, the layer weights and γ."""
+    spec = params.task(task_name)
+    family, training = FAMILIES[spec.family], params.finetune.for_task(spec)
+    tokenizer = load_tokenizer(model_dir)
+    tables, labels, data = load_task_data(task_name, family, ("train", "dev", "test"), tokenizer, training)
+    if labels is None:
+        raise ParamsError(f"scalar_mix.tasks: {task_name} is a regression task; the scalar-mix heads classify")
+    seed = params.finetune.seeds[0]
+    torch.manual_seed(seed)
+    model = load_model(model_dir, lambda path: HEADS[spec.family].from_pretrained(path, len(labels), training.dropout))
+    train = fit(model, data["train"], epochs=training.epochs, batch_size=training.batch_size,
+                lr=params.scalar_mix.learning_rate, warmup_fraction=training.warmup_fraction,
+                weight_decay=training.weight_decay, max_grad_norm=training.max_grad_norm, seed=seed, device=device,
+                log=get_run_logger().info)
+    result = {"family": spec.family, "headline": spec.metrics[0], "seed": seed, "train": train,
+              "layer_weights": model.mix.layer_weights, "gamma": float(model.mix.gamma)}
+    for split in ("dev", "test"):
+        result[split], _ = family.evaluate(model, data[split], tables[split], training, labels, spec.metrics, device)
+    get_run_logger().info(f"{task_name}: dev {result['dev']}, layer weights {result['layer_weights']}")
+    return result

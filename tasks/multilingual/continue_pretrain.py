@@ -10,19 +10,30 @@ Evaluation masks 15% of the tokens of every held-out sequence (at most
 ``max_predictions`` per sequence), all as [MASK], with a generator seeded by the
 language alone, so every model sees exactly the same masked positions; it
 reports accuracy and perplexity exp(mean cross-entropy) over those positions.
+:func:`evaluate_heldout` (a Prefect task) evaluates every held-out language;
+:func:`resized_base_model`, :func:`mixture_examples` and :func:`continue_checkpoint` give
+stage ``continue_pretrain`` its model, training data and checkpoint.
 """
 
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import torch
+import pyarrow as pa
 import torch.nn.functional as F
+from prefect import get_run_logger
 from transformers import BertForMaskedLM, PreTrainedTokenizerBase
 
+from tasks.core import paths
 from tasks.core.rng import named_rng
+from tasks.core.stage import stage_task
+from tasks.corpus.tokenize import random_token_ids
+from tasks.multilingual.vocabulary import resize_embeddings
 from tasks.pretraining.masking import MaskingConfig, mask_batch
+from tasks.pretraining.pretrain import DynamicMasker, PretrainingExamples, checkpoint_fingerprint
 from tasks.pretraining.pretraining_data import pack_documents
 from tasks.training.batching import pad_batch
 
@@ -48,6 +59,13 @@ def pack_by_language(tokenizer: PreTrainedTokenizerBase, langs: list[str], texts
         valid = np.arange(packed.input_ids.shape[1])[None, :] < packed.lengths[:, None]
         out[lang] = (packed.input_ids[valid], np.concatenate([[0], np.cumsum(packed.lengths)]).astype(np.int64))
     return out
+
+
+def concat_sequences(seqs: dict[str, tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    """The sequences of every language of :func:`pack_by_language`, one after the other, in flat layout."""
+    ids = np.concatenate([ids for ids, _ in seqs.values()])
+    offsets = np.concatenate([[0], np.cumsum(np.concatenate([np.diff(off) for _, off in seqs.values()]))])
+    return ids, offsets
 
 
 def word_ids_for(ids: np.ndarray, offsets: np.ndarray) -> np.ndarray:
@@ -96,3 +114,57 @@ def evaluate_mlm(model: BertForMaskedLM, ids: np.ndarray, offsets: np.ndarray, *
         return {"predictions": 0, "loss": None, "accuracy": None, "perplexity": None}
     return {"predictions": count, "loss": loss_sum / count, "accuracy": correct / count,
             "perplexity": math.exp(loss_sum / count)}
+
+
+@stage_task(task_run_name="evaluate-{when}")
+def evaluate_heldout(when: str, model: BertForMaskedLM, sequences: dict[str, tuple[np.ndarray, np.ndarray]],
+                     data_cfg, *, seed: int, mask_token_id: int, device: torch.device,
+                     before: dict | None = None) -> dict:
+    """:func:`evaluate_mlm` of ``model`` on each language's held-out ``sequences`` (``when``
+    names the run: ``before``, ``after``); given the scores ``before``, logs the change."""
+    scores = {lang: evaluate_mlm(model, ids, offsets, lang=lang, seed=seed, mask_token_id=mask_token_id,
+                                 masked_lm_prob=data_cfg.masked_lm_prob,
+                                 max_predictions=data_cfg.max_predictions_per_seq, device=device)
+              for lang, (ids, offsets) in sequences.items()}
+    for lang in scores if before is not None else ():
+        get_run_logger().info(f"{lang}: held-out MLM accuracy {before[lang]['accuracy']} -> "
+                              f"{scores[lang]['accuracy']}, perplexity {before[lang]['perplexity']} -> "
+                              f"{scores[lang]['perplexity']}")
+    return scores
+
+
+def pack_table(tokenizer: PreTrainedTokenizerBase, docs: pa.Table, max_seq_length: int) -> dict:
+    """:func:`pack_by_language` of a table of documents (columns ``lang``, ``text``)."""
+    return pack_by_language(tokenizer, docs.column("lang").to_pylist(), docs.column("text").to_pylist(),
+                            max_seq_length)
+
+
+def mixture_examples(tokenizer: PreTrainedTokenizerBase, mix: pa.Table, mixture: str, data_cfg,
+                     seed: int) -> PretrainingExamples:
+    """The documents of a resampled mixture packed by language, with dynamic token-level MLM
+    masking (named ``continue-<mixture>``)."""
+    ids, offsets = concat_sequences(pack_table(tokenizer, mix, data_cfg.max_seq_length))
+    masking = MaskingConfig(scheme="mlm", masked_lm_prob=data_cfg.masked_lm_prob,
+                            max_predictions=data_cfg.max_predictions_per_seq)
+    masker = DynamicMasker(masking, seed, f"continue-{mixture}", tokenizer.mask_token_id, random_token_ids(tokenizer))
+    return PretrainingExamples(ids, offsets, word_ids=word_ids_for(ids, offsets), masker=masker)
+
+
+def resized_base_model(model_dir, vocab_size: int, seed: int) -> tuple[BertForMaskedLM, int]:
+    """The masked LM in ``model_dir`` with its embeddings resized to ``vocab_size``
+    (:func:`tasks.multilingual.vocabulary.resize_embeddings`), and its old vocabulary size."""
+    model = BertForMaskedLM.from_pretrained(model_dir)
+    old_vocab = model.config.vocab_size
+    resize_embeddings(model, vocab_size, seed)
+    return model, old_vocab
+
+
+def continue_checkpoint(params, mixture: str) -> tuple[Path, str]:
+    """The rolling checkpoint file of ``continue_pretrain@<mixture>`` and its fingerprint: a
+    checkpoint is reused only by a run with the same params and inputs (masking params included)."""
+    spec = params.multilingual
+    fingerprint = checkpoint_fingerprint(
+        "continue_pretrain", mixture, params.pretrain, spec.pretrain, params.pretraining_data, spec.base_model,
+        params.seed, data=[paths.MIXTURES / f"{mixture}.parquet", paths.MODELS / spec.base_model,
+                           paths.MULTILINGUAL_TOKENIZER])
+    return paths.CHECKPOINTS / "continue_pretrain" / mixture / "last.pt", fingerprint

@@ -48,6 +48,7 @@ from tasks.core.errors import SourceError
 from tasks.core.io import numbered_lines
 from tasks.core.params import Multilingual, MultilingualInput
 from tasks.core.rng import named_rng
+from tasks.core.stage import stage_task
 from tasks.core.text import normalise
 
 SCHEMA = pa.schema([("doc_id", pa.string()), ("lang", pa.string()), ("script", pa.string()),
@@ -163,6 +164,7 @@ def heldout_mask(n: int, fraction: float, max_documents: int, seed: int, lang: s
     return mask
 
 
+@stage_task
 def build_documents(texts_by_input: list[tuple[MultilingualInput, str, list[str]]], spec: Multilingual,
                     seed: int) -> tuple[pa.Table, dict]:
     """Clean, deduplicate and split documents; return the table and per-language stats.

@@ -30,6 +30,7 @@ from __future__ import annotations
 import numpy as np
 
 from tasks.core.rng import named_rng
+from tasks.core.stage import stage_task
 
 
 def sampling_probabilities(documents: np.ndarray, mean_lengths: np.ndarray, alpha: float,
@@ -81,6 +82,7 @@ def draw(n: int, m: int, rng: np.random.Generator) -> np.ndarray:
     return np.sort(picked)
 
 
+@stage_task
 def resample(langs: list[str], lengths: np.ndarray, alpha: float, beta: float, total_tokens: int,
              seed: int) -> tuple[np.ndarray, np.ndarray, dict[str, dict]]:
     """Resample documents of several languages to about ``total_tokens`` tokens.

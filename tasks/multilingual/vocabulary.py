@@ -20,7 +20,8 @@
   §2.2): keep the special tokens and the tokens a corpus uses, slice the rows of
   the embedding, the tied MLM decoder and its bias, and renumber the vocabulary
   in the old order. Implemented here (a row selection) because TextPruner's
-  package fails to install on Python 3.11 without ``--no-deps``.
+  package fails to install on Python 3.11 without ``--no-deps``. Stage ``prune_vocab``
+  applies it with checks (:mod:`tasks.multilingual.prune`).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import numpy as np
 import torch
 from transformers import BertForMaskedLM, BertTokenizerFast, PreTrainedTokenizerBase
 
+from tasks.core.stage import stage_task
 from tasks.corpus.wordpiece import train_wordpiece, word_counts
 
 
@@ -67,6 +69,7 @@ def coverage(tokenizer: PreTrainedTokenizerBase, texts: list[str]) -> dict:
             "tokens_per_char": float(flat.size / chars) if chars else 0.0}
 
 
+@stage_task
 def extension_tokens(base: list[str], texts: list[str], vocab_size: int, min_frequency: int) -> list[str]:
     """WordPiece tokens learnt on ``texts`` that ``base`` lacks, in training order.
 

@@ -3,15 +3,17 @@
 The encoder and its MLM head are a plain Hugging Face ``BertForMaskedLM``, so
 every saved model loads with ``AutoModelForMaskedLM`` / ``AutoModel`` and any
 fine-tuning head. The other pretraining heads (PerLM positions, NSP/SOP) live
-beside it in :class:`PretrainingModel` and are saved to their own file.
+beside it in :class:`PretrainingModel` and are saved to their own file (:func:`save_pretrained`).
 """
 
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from safetensors.torch import save_file
 from torch import nn
 from transformers import BertConfig, BertForMaskedLM
 
@@ -148,3 +150,25 @@ class PretrainingModel(nn.Module):
     def extra_heads(self) -> dict[str, torch.Tensor]:
         """State of the heads that are not part of the Hugging Face model (saved beside it)."""
         return {k: v for k, v in self.state_dict().items() if not k.startswith("mlm.")}
+
+
+def pretraining_model(params, spec, masking, tokenizer) -> PretrainingModel:
+    """A new encoder of ``params.model``'s size for ``tokenizer`` (:func:`new_masked_lm`, seeded
+    with ``params.seed``) with the heads of objective ``spec`` under ``masking``."""
+    config = bert_config(params.model, len(tokenizer), params.pretraining_data.max_seq_length,
+                         tokenizer.pad_token_id)
+    return PretrainingModel(new_masked_lm(config, params.seed, params.model.sinusoidal_position_amplitude),
+                            predicts_positions=masking.predicts_positions,
+                            sentence_task=spec.sentence_task is not None)
+
+
+HEADS_FILE = "pretraining_heads.safetensors"  # PerLM / NSP / SOP heads, not part of the Hugging Face model
+
+
+def save_pretrained(model: PretrainingModel, tokenizer, folder: Path) -> None:
+    """The Hugging Face masked LM and ``tokenizer`` in ``folder``, and the model's other heads
+    (if any) beside them in :data:`HEADS_FILE`."""
+    model.mlm.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    if heads := model.extra_heads():
+        save_file({k: v.contiguous() for k, v in heads.items()}, folder / HEADS_FILE)

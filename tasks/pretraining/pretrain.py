@@ -11,6 +11,8 @@ Data order is a pure function of (seed, step) (:class:`tasks.training.batching.B
 seeded permutations, length-grouped batches), so a resumed run needs only the
 step number to continue the same stream. Checkpoints hold only tensors and plain
 values and are read with ``torch.load(weights_only=True)``: a crafted file runs no code.
+:func:`train` is the Prefect task of stages ``pretrain`` and ``continue_pretrain``;
+:func:`objective_masker` and :func:`pretrain_checkpoint` give ``pretrain`` its masker and checkpoint.
 """
 
 from __future__ import annotations
@@ -29,14 +31,18 @@ from typing import Callable, Iterable
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 import torch
 from pydantic import BaseModel
 
+from tasks.core import paths
 from tasks.core.errors import SourceError
 from tasks.core.io import sha256_tree
 from tasks.core.params import Pretrain
 from tasks.core.rng import named_rng
-from tasks.corpus.similar_words import SimilarWords
+from tasks.core.stage import stage_task
+from tasks.corpus.similar_words import SimilarWords, similar_words_from_table
+from tasks.corpus.tokenize import random_token_ids
 from tasks.pretraining.masking import MaskingConfig, mask_batch
 from tasks.pretraining.modeling import PretrainingModel
 from tasks.training.batching import BatchSchedule, flat_positions, pad_batch, ragged
@@ -167,6 +173,27 @@ def checkpoint_fingerprint(*parts, data: Iterable[Path] = ()) -> str:
     return hashlib.sha256(json.dumps([dumped, hashes], sort_keys=True).encode()).hexdigest()
 
 
+def objective_masker(objective: str, spec, masking: MaskingConfig, seed: int, tokenizer,
+                     lexicon: Path) -> DynamicMasker | None:
+    """The batch-time masker of a dynamic objective (with the similar words of ``lexicon``
+    when its scheme replaces words by similar ones); None under static masking."""
+    if not spec.dynamic:
+        return None
+    similar = similar_words_from_table(pq.read_table(lexicon)) if masking.similar else None
+    return DynamicMasker(masking, seed, objective, tokenizer.mask_token_id, random_token_ids(tokenizer), similar)
+
+
+def pretrain_checkpoint(objective: str, params, spec, masking: MaskingConfig) -> tuple[Path, str]:
+    """The rolling checkpoint file of ``pretrain@<objective>`` and its fingerprint: a checkpoint
+    is reused only by a run with the same params and inputs (the masking params,
+    ``pretraining_data``, act at batch time under dynamic masking)."""
+    lexicon = [paths.LEXICON] if spec.dynamic and masking.similar else []
+    fingerprint = checkpoint_fingerprint(
+        "pretrain", objective, params.model, params.pretrain, spec, params.pretraining_data, params.seed,
+        data=[paths.PRETRAINING / objective, paths.TOKENIZER] + lexicon)
+    return paths.CHECKPOINTS / "pretrain" / objective / "last.pt", fingerprint
+
+
 def _save_checkpoint(path: Path, state: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
@@ -194,6 +221,7 @@ def _load_checkpoint(path: Path, fingerprint: str, log: Callable[[str], None]) -
     return state
 
 
+@stage_task
 def train(model: PretrainingModel, data: PretrainingExamples, cfg: Pretrain, *, seed: int, device: torch.device,
           checkpoint: Path, fingerprint: str, log: Callable[[str], None] = print) -> dict:
     """Pretrain ``model`` on ``data`` for ``cfg.token_budget`` tokens; resume from ``checkpoint``.

@@ -10,6 +10,7 @@ with different random draws and the corrupted sequences are written. Dynamic
 masking (RoBERTa, Liu et al. 2019, §4.1): the sequences are written uncorrupted,
 with their word (and lexicon) ids, and :func:`tasks.pretraining.masking.mask_batch`, the same
 function, masks each batch when it is drawn (:mod:`tasks.pretraining.pretrain`).
+:func:`pack_corpus` and :func:`write_shards` are the Prefect tasks of stage ``pretraining_data``.
 
 Shard columns (``data/pretraining/<objective>/shard-NNNNN.parquet``):
 
@@ -41,7 +42,8 @@ from tasks.core.errors import SourceError
 from tasks.core.io import write_parquet
 from tasks.core.params import Objective, PretrainingData
 from tasks.core.rng import named_rng
-from tasks.corpus.similar_words import SimilarWords
+from tasks.core.stage import stage_task
+from tasks.corpus.similar_words import SimilarWords, lexicon_ids
 from tasks.pretraining.masking import MaskingConfig, mask_batch
 
 SENTENCE_TASKS = ("nsp", "sop")
@@ -153,6 +155,19 @@ def pack_documents(doc_ids: list[str], input_ids: list[np.ndarray], word_ids: li
         lengths[r], documents[r] = k + 2, doc
     return Packed(out_ids, out_words, lengths, out_lex, piece_start, documents,
                   segment_b=np.zeros(n, dtype=np.int32), sentence_labels=np.full(n, -1, dtype=np.int8))
+
+
+@stage_task
+def pack_corpus(tokens: pa.Table, max_seq_length: int, cls_id: int, sep_id: int, *, reserve: int = 0,
+                words: pa.ChunkedArray | None = None, lexicon: pa.Table | None = None) -> Packed:
+    """:func:`pack_documents` of the tokenized corpus (columns ``doc_id``, ``input_ids``,
+    ``word_ids``); with the segmented corpus' ``words`` (the same sentences in the same order)
+    and the similar-words ``lexicon``, each token's lexicon entry too."""
+    ids = [np.asarray(x, dtype=np.int32) for x in tokens.column("input_ids").to_pylist()]
+    word_ids = [np.asarray(x, dtype=np.int32) for x in tokens.column("word_ids").to_pylist()]
+    lex = lexicon_ids(words, tokens.column("word_ids"), lexicon) if lexicon is not None else None
+    return pack_documents(tokens.column("doc_id").to_pylist(), ids, word_ids, max_seq_length, cls_id, sep_id,
+                          lex_ids=lex, reserve=reserve)
 
 
 def sentence_pairs(packed: Packed, task: str, rng: np.random.Generator, cls_id: int,
@@ -284,6 +299,7 @@ def _mask_shard(args) -> tuple[pa.Table, dict]:
     return _shard_table(rows, batch, with_pairs=with_pairs), stats
 
 
+@stage_task
 def write_shards(packed: Packed, config: MaskingConfig, out_dir: Path, *, objective: str, seed: int,
                  dynamic: bool, dupe_factor: int, shard_size: int, mask_token_id: int,
                  random_token_ids: np.ndarray, similar: SimilarWords | None = None, workers: int = 1) -> dict:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from tasks.core import paths
 from tasks.core.params import PARAMS_FILE, Params
+from tasks.core.stage import stage_task
 from tasks.report.comparison import comparison_section
 from tasks.report.corpus import corpus_section
 from tasks.report.errors import errors_section
@@ -40,6 +41,7 @@ class Inputs:
     params_file: Path = Path(PARAMS_FILE)  # shown verbatim, comments included
 
 
+@stage_task
 def build_report(params: Params, figures: Path, report_dir: Path = paths.REPORTS, inputs: Inputs = Inputs()) -> str:
     """The pipeline report as Markdown; figures are written into ``figures`` (linked as
     ``figures/...``). ``report_dir``: where the Markdown will live (links to pages are
