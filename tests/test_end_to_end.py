@@ -179,7 +179,8 @@ def test_sampling_exponent_reruns_only_what_follows_resampling(repo):
 
 def test_prefect_pipeline_flow_walks_the_dvc_graph(repo, monkeypatch):
     repo, env, _ = repo
-    from flows.pipeline import pipeline, stage_order
+    from flows.pipeline import pipeline
+    from tasks.orchestration.repro import stage_order
 
     monkeypatch.chdir(repo)
     monkeypatch.setenv("PYTHONPATH", env["PYTHONPATH"])

@@ -6,10 +6,11 @@ import sys
 
 import pytest
 
-import flows.pipeline as pipeline_module
+import tasks.orchestration.repro as pipeline_module
 from prefect import flow
 
-from flows.pipeline import DEPLOYMENT, StageFailed, deployment, repro_stage, stage_order
+from flows.pipeline import DEPLOYMENT, deployment
+from tasks.orchestration.repro import StageFailed, repro_stage, stage_order
 from tests.conftest import ROOT
 
 

@@ -40,6 +40,19 @@ def table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
+def seed_spread(*summaries: dict) -> float:
+    """The seed spread of per-seed summaries (``max``/``min`` of a score over seeds): the
+    largest max - min among them, in the score's unit."""
+    return max(s["max"] - s["min"] for s in summaries)
+
+
+def spread_verdict(gap: float, spread: float) -> str:
+    """Whether a difference of means ``gap`` is beyond the seed ``spread`` (same unit)."""
+    if gap > spread:
+        return "better, beyond seed spread"
+    return "worse, beyond seed spread" if gap < -spread else "within seed spread"
+
+
 ENV.filters["fmt"] = fmt  # templates format numbers as table cells do: {{ x | fmt(1, true) }}
 
 

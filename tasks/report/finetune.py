@@ -8,7 +8,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 
-from tasks.report.common import load_metrics, save_bars, table
+from tasks.report.common import load_metrics, save_bars, seed_spread, spread_verdict, table
 from tasks.report.templating import render_blocks
 
 
@@ -55,12 +55,6 @@ def plot_grouped(values: dict[str, dict[str, list[float]]], models: list[str], y
     return save_bars(fig, ax, ylabel, path)
 
 
-def _verdict(gap: float, spread: float) -> str:
-    if gap > spread:
-        return "better, beyond seed spread"
-    return "worse, beyond seed spread" if gap < -spread else "within seed spread"
-
-
 def finetune_section(results: dict, models: list[str], tasks: list[str], figures: Path) -> str:
     """The section's Markdown (empty without results); writes ``finetune_dev.png`` into ``figures``."""
     if not results:
@@ -74,8 +68,8 @@ def finetune_section(results: dict, models: list[str], tasks: list[str], figures
                 continue
             h = r["headline"]
             gap = r["dev"][h]["mean"] - base["dev"][h]["mean"]
-            spread = max(s["dev"][h]["max"] - s["dev"][h]["min"] for s in (r, base))
-            rows.append([t, m, f"{100 * gap:+.2f}", f"{100 * spread:.2f}", _verdict(gap, spread)])
+            spread = seed_spread(r["dev"][h], base["dev"][h])
+            rows.append([t, m, f"{100 * gap:+.2f}", f"{100 * spread:.2f}", spread_verdict(gap, spread)])
     values = {}
     for (m, t), r in results.items():
         values.setdefault(t, {})[m] = [run["dev"][r["headline"]] for run in r["runs"]]

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import yaml
 
-from tasks.report.common import fmt, table
+from tasks.report.common import fmt, seed_spread, spread_verdict, table
 from tasks.report.finetune import as_fractions
 
 
@@ -50,15 +50,26 @@ def previous_metrics(path: Path, rev: str = "HEAD") -> dict | None:
 
 
 def changes_section(results: dict) -> str:
-    """Dev headline scores now vs the committed metrics at HEAD, as a table; empty
-    when nothing is committed to compare with."""
+    """Headline scores of this run vs the committed metrics at HEAD, judged against the
+    seed spread (the larger max - min over seeds of the two), as a table; empty when
+    nothing is committed to compare with.
+
+    On the machine that produced the committed metrics, a rerun of unchanged code gives
+    the same numbers ("identical"); on another machine training is not bitwise
+    reproducible (BLAS kernels, CPU/GPU), so a score there is expected to differ by no more
+    than the seed spread.
+    """
     rows = []
     for (m, t), now in sorted(results.items()):
         before = previous_metrics(Path("metrics") / "finetune" / f"{m}-{t}.json")
         before = as_fractions(before) if before else None
         h = now["headline"]
-        if before and "dev" in before and h in before["dev"]:
-            a, b = now["dev"][h]["mean"], before["dev"][h]["mean"]
-            rows.append([f"{m} / {t} dev {h} (mean)", fmt(b, 2, True), fmt(a, 2, True), f"{100 * (a - b):+.2f}"])
-    return table(["metric", "HEAD", "this run", "change"], rows) if rows else ""
-
+        for split in ("dev", "test"):
+            if not before or h not in before.get(split, {}) or h not in now.get(split, {}):
+                continue
+            a, b = now[split][h], before[split][h]
+            gap, spread = a["mean"] - b["mean"], seed_spread(a, b)
+            verdict = "identical" if a == b else spread_verdict(gap, spread)
+            rows.append([f"{m} / {t} {split} {h} (mean)", fmt(b["mean"], 2, True), fmt(a["mean"], 2, True),
+                         f"{100 * gap:+.2f}", f"{100 * spread:.2f}", verdict])
+    return table(["metric", "HEAD", "this run", "change", "seed spread", "verdict"], rows) if rows else ""
