@@ -1,0 +1,174 @@
+"""The schema of ``params.yaml``, validated before any stage does work.
+
+Every knob of the pipeline lives in ``params.yaml``; this package turns it into
+typed objects. Unknown keys, unknown objective names, and impossible values
+(ratios that do not sum to 1, probabilities outside [0, 1]) raise
+:class:`~tasks.core.errors.ParamsError` naming the offending key, at the start of a
+stage rather than minutes into it.
+
+The sections' models live in one module each (:mod:`.corpus`, :mod:`.pretraining`,
+:mod:`.downstream`, :mod:`.multilingual`, :mod:`.interpretability`); this package
+assembles them into :class:`Params`, loads the file with :func:`load_params`, and
+exports every section's names, so ``from tasks.core.params import X`` works for all.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+from pydantic import Field, NonNegativeInt, ValidationError, model_validator
+
+from tasks.core.errors import ParamsError
+from tasks.core.params.base import _Strict
+from tasks.core.params.corpus import (Corpus, CorpusInput, HubSource, LocalSource, PackageFile, PackageSource,
+                                      Segment, Source, Tokenizer)
+from tasks.core.params.downstream import (FAMILY_LOADERS, FAMILY_METRICS, SPLITS, DownstreamTask, Finetune, HubModel,
+                                          TaskSplit, Training)
+from tasks.core.params.interpretability import (ATTENTION_ZONES, Ablation, Attributions, Probe, ProbeSplit,
+                                                ScalarMixParams)
+from tasks.core.params.multilingual import (MULTILINGUAL_FORMATS, ContinuedPretraining, Mixture, Multilingual,
+                                            MultilingualInput, VocabExtension, VocabPruning)
+from tasks.core.params.pretraining import (MASKING_SCHEMES, SENTENCE_TASKS, ModelSize, Objective, Pretrain,
+                                           PretrainingData, Replacement, SimilarWordsSpec)
+
+__all__ = [
+    "PARAMS_FILE", "Params", "load_params",
+    "PackageFile", "PackageSource", "LocalSource", "HubSource", "Source",
+    "CorpusInput", "Corpus", "Segment", "Tokenizer",
+    "MASKING_SCHEMES", "SENTENCE_TASKS", "Replacement", "Objective", "PretrainingData", "SimilarWordsSpec",
+    "ModelSize", "Pretrain",
+    "MULTILINGUAL_FORMATS", "MultilingualInput", "Mixture", "VocabExtension", "ContinuedPretraining",
+    "VocabPruning", "Multilingual",
+    "FAMILY_LOADERS", "FAMILY_METRICS", "SPLITS", "Training", "TaskSplit", "DownstreamTask", "Finetune", "HubModel",
+    "ATTENTION_ZONES", "Ablation", "ProbeSplit", "Probe", "ScalarMixParams", "Attributions",
+]
+
+PARAMS_FILE = "params.yaml"
+
+
+class Params(_Strict):
+    seed: NonNegativeInt
+    sources: dict[str, Source]
+    corpus: Corpus
+    segment: Segment
+    tokenizer: Tokenizer
+    similar_words: SimilarWordsSpec
+    objectives: dict[str, Objective] = Field(min_length=1)
+    compare: list[str] = Field(min_length=1, description="objectives to pretrain, fine-tune and compare")
+    pretraining_data: PretrainingData
+    model: ModelSize
+    pretrain: Pretrain
+    tasks: dict[str, DownstreamTask] = Field(min_length=1)
+    hub_models: dict[str, HubModel] = Field(default_factory=dict)
+    finetune: Finetune
+    multilingual: Multilingual
+    ablation: Ablation
+    probe: Probe
+    scalar_mix: ScalarMixParams
+    attributions: Attributions
+
+    @model_validator(mode="after")
+    def _references_resolve(self) -> "Params":
+        for i, item in enumerate(self.corpus.inputs):
+            if item.source not in self.sources:
+                raise ValueError(f"corpus.inputs[{i}].source: no source named {item.source!r} in sources")
+        for name, task in self.tasks.items():
+            if task.source not in self.sources:
+                raise ValueError(f"tasks.{name}.source: no source named {task.source!r} in sources")
+        for name, model in self.hub_models.items():
+            if model.source is not None and model.source not in self.sources:
+                raise ValueError(f"hub_models.{name}.source: no source named {model.source!r} in sources")
+        if self.tokenizer.vocab != "train" and self.tokenizer.vocab not in self.sources:
+            raise ValueError(f"tokenizer.vocab: {self.tokenizer.vocab!r} is neither 'train' nor a source name")
+        if self.similar_words.source not in self.sources:
+            raise ValueError(f"similar_words.source: no source named {self.similar_words.source!r} in sources")
+        for name in self.compare:
+            if name not in self.objectives:
+                raise ValueError(f"compare: {name!r} is not an objective; objectives: {', '.join(self.objectives)}")
+        for name in self.finetune.baselines:
+            if name != "random" and name not in self.hub_models:
+                raise ValueError(f"finetune.baselines: {name!r} is neither 'random' nor a hub_models name")
+        if len(set(self.finetune_models)) != len(self.finetune_models):
+            raise ValueError("compare and finetune.baselines must not repeat a name")
+        for i, item in enumerate(self.multilingual.inputs):
+            if item.source is not None and item.source not in self.sources:
+                raise ValueError(f"multilingual.inputs[{i}].source: no source named {item.source!r} in sources")
+        if self.multilingual.vocab.coverage_vocab not in self.sources:
+            raise ValueError(f"multilingual.vocab.coverage_vocab: no source named "
+                             f"{self.multilingual.vocab.coverage_vocab!r} in sources")
+        if self.multilingual.base_model not in self.compare:
+            raise ValueError(f"multilingual.base_model: {self.multilingual.base_model!r} is not in compare "
+                             f"({', '.join(self.compare)}), so it is not pretrained")
+        self._check_analyses()
+        for name in self.finetune.tasks:
+            if name not in self.tasks:
+                raise ValueError(f"finetune.tasks: no task named {name!r} in tasks")
+        for name, task in self.tasks.items():
+            try:
+                self.finetune.for_task(task)
+            except ValidationError as exc:
+                problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+                raise ValueError(f"tasks.{name}.training: {problems}") from None
+        return self
+
+    def _check_analyses(self) -> None:
+        """The interpretability stages name existing models and tasks of the right family."""
+        families = {"ablation.task": (self.ablation.task, {"mrc"}), "probe.ner_task": (self.probe.ner_task, {"ner"}),
+                    "attributions.task": (self.attributions.task, {"classification"}),
+                    **{f"scalar_mix.tasks: {t}": (t, {"classification", "ner"}) for t in self.scalar_mix.tasks}}
+        for where, (name, allowed) in families.items():
+            if name not in self.tasks or self.tasks[name].family not in allowed:
+                raise ValueError(f"{where}: {name!r} is not a {' or '.join(sorted(allowed))} task of tasks")
+        if self.probe.pos_source not in self.sources:
+            raise ValueError(f"probe.pos_source: no source named {self.probe.pos_source!r}")
+        for block in ("ablation", "probe", "scalar_mix", "attributions"):
+            for name in getattr(self, block).models:
+                if name not in self.compare and name != "random" and name not in self.hub_models:
+                    raise ValueError(f"{block}.models: {name!r} is not in compare, 'random' or hub_models")
+
+    @property
+    def finetune_models(self) -> list[str]:
+        """Every fine-tuned model: the compared objectives, then the baselines."""
+        return [*self.compare, *self.finetune.baselines]
+
+    def task(self, name: str) -> DownstreamTask:
+        """The downstream task called ``name``; :class:`ParamsError` if there is none."""
+        if name not in self.tasks:
+            raise ParamsError(f"unknown task {name!r}; params.yaml declares: {', '.join(self.tasks)}")
+        return self.tasks[name]
+
+    def objective(self, name: str) -> Objective:
+        """The objective called ``name``; :class:`ParamsError` if there is none."""
+        if name not in self.objectives:
+            raise ParamsError(f"unknown objective {name!r}; params.yaml declares: {', '.join(self.objectives)}")
+        return self.objectives[name]
+
+
+def _format_errors(err: ValidationError) -> str:
+    lines = []
+    for e in err.errors():
+        loc = ".".join(str(part) for part in e["loc"] if part not in ("function-after[_known(), str]",))
+        msg = e["msg"].removeprefix("Value error, ")
+        lines.append(f"  {loc or '(top level)'}: {msg}")
+    return "\n".join(lines)
+
+
+def load_params(path: str | Path = PARAMS_FILE) -> Params:
+    """Read and validate ``params.yaml``.
+
+    Raises:
+        ParamsError: the file is missing, is not YAML, or fails validation; the
+            message lists every offending key.
+    """
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ParamsError(f"{path}: parameter file not found") from None
+    except yaml.YAMLError as exc:
+        raise ParamsError(f"{path}: not valid YAML: {exc}") from None
+    try:
+        return Params.model_validate(raw)
+    except ValidationError as exc:
+        raise ParamsError(f"{path}: invalid parameters:\n{_format_errors(exc)}") from None

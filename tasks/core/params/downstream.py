@@ -1,0 +1,126 @@
+"""The downstream sections of ``params.yaml``: ``tasks``, ``hub_models`` and ``finetune``.
+
+A task names its data (source, loader, files), its family (classification, MRC, NER)
+and its metrics; ``finetune`` holds the fine-tuning knobs every task shares (a task
+may override them) and the models fine-tuned beside the compared objectives;
+``hub_models`` are the pretrained models those baselines name. The values live in
+``params.yaml``.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, NonNegativeInt, PositiveInt, model_validator
+
+from tasks.core.params.base import _Strict
+
+FAMILY_LOADERS = {
+    "classification": ("polarity_lines", "glue", "clue_jsonl", "table"),
+    "mrc": ("squad", "ner_as_mrc"),
+    "ner": ("conll",),
+}
+FAMILY_METRICS = {
+    "classification": ("accuracy", "f1", "macro_f1", "matthews", "pearson", "spearman"),
+    "mrc": ("em", "f1", "average"),
+    "ner": ("f1", "precision", "recall"),
+}
+SPLITS = ("train", "dev", "test")
+
+
+class Training(_Strict):
+    """Fine-tuning knobs; ``finetune`` sets them for every task, ``tasks.<name>.training`` overrides."""
+
+    max_seq_length: int = Field(ge=8, le=512)
+    epochs: float = Field(gt=0)
+    batch_size: int = Field(ge=1)
+    learning_rate: float = Field(gt=0)
+    warmup_fraction: float = Field(ge=0, lt=1)
+    weight_decay: float = Field(ge=0)
+    max_grad_norm: float = Field(gt=0)
+    dropout: float = Field(ge=0, lt=1, description="hidden and attention dropout while fine-tuning")
+    eval_batch_size: int = Field(ge=1, description="examples per forward pass when predicting dev/test")
+    pooling: Literal["mean", "cls"] = Field(description="classification: sentence vector "
+                                            "(tasks.downstream.classification.MeanPoolClassifier) or BERT's [CLS] pooler")
+    doc_stride: int = Field(ge=1, description="MRC: tokens shared by consecutive windows")
+    max_query_length: int = Field(ge=1, description="MRC: question tokens kept (BERT's run_squad: 64)")
+    max_answer_length: int = Field(ge=1, description="MRC: longest answer, in tokens")
+    n_best: int = Field(ge=1, description="MRC: start/end candidates per window")
+
+
+class TaskSplit(_Strict):
+    """Fractions carved (seeded) out of train for splits the data does not provide; each split
+    the task's files lack must be given here (no hidden default)."""
+
+    dev: float | None = Field(None, gt=0, lt=1)
+    test: float | None = Field(None, gt=0, lt=1)
+
+
+class DownstreamTask(_Strict):
+    """A downstream task: where its data comes from, how to read it, and how it is scored."""
+
+    family: Literal["classification", "mrc", "ner"]
+    loader: str = Field(description="how the files are read; see FAMILY_LOADERS")
+    source: str
+    files: dict[str, str] = Field(min_length=1, description="role (train/dev/test/all, positive/negative) -> file")
+    metrics: list[str] = Field(min_length=1, description="the first one is the headline metric")
+    split: TaskSplit = TaskSplit()
+    limit: dict[str, PositiveInt] = Field(default_factory=dict, description="split -> max examples (seeded subset)")
+    malformed: Literal["fail", "skip", "repair"] = Field(description="records that break the format")
+    glue_task: str | None = None
+    columns: dict[str, str | None] = Field(default_factory=dict, description="text_a, text_b, label")
+    labels: list[str] | None = None
+    scheme: Literal["bio", "bioes", "bmes"] = "bio"
+    queries: dict[str, str] | None = None
+    training: dict[str, float | int | str] = Field(default_factory=dict, description="overrides of finetune knobs")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "DownstreamTask":
+        if self.loader not in FAMILY_LOADERS[self.family]:
+            raise ValueError(f"loader {self.loader!r} does not read {self.family} data; "
+                             f"use one of {', '.join(FAMILY_LOADERS[self.family])}")
+        unknown = [m for m in self.metrics if m not in FAMILY_METRICS[self.family]]
+        if unknown:
+            raise ValueError(f"unknown {self.family} metric(s) {', '.join(unknown)}; "
+                             f"known: {', '.join(FAMILY_METRICS[self.family])}")
+        bad = [k for k in self.limit if k not in SPLITS]
+        if bad:
+            raise ValueError(f"limit: unknown split(s) {', '.join(bad)}; known: {', '.join(SPLITS)}")
+        carved = [s for s in ("dev", "test") if s not in self.files and getattr(self.split, s) is None]
+        if carved:
+            raise ValueError(f"split: the files give no {' or '.join(carved)} split; set split.{carved[0]} "
+                             f"(the fraction of train carved out for it)")
+        if self.loader == "glue" and not self.glue_task:
+            raise ValueError("loader glue needs glue_task (e.g. SST-2)")
+        bad = set(self.training) - set(Training.model_fields)
+        if bad:
+            raise ValueError(f"training: unknown knob(s) {', '.join(sorted(bad))}")
+        return self
+
+
+class Finetune(Training):
+    baselines: list[str] = Field(description="models fine-tuned beside the compared objectives: random, hub_models")
+    tasks: list[str] = Field(min_length=1)
+    seeds: list[NonNegativeInt] = Field(min_length=1)
+    device: str
+
+    def for_task(self, task: DownstreamTask) -> Training:
+        """The knobs for ``task``: these defaults with the task's overrides."""
+        base = {k: getattr(self, k) for k in Training.model_fields}
+        return Training(**{**base, **task.training})
+
+
+class HubModel(_Strict):
+    """A pretrained Hugging Face model to fine-tune besides the pipeline's own: a folder
+    inside an acquired source, a local folder, or (online) a hub id."""
+
+    source: str | None = None
+    path: str | None = None
+    hub_id: str | None = None
+    licence: str = "see model card"
+
+    @model_validator(mode="after")
+    def _one_location(self) -> "HubModel":
+        if sum(x is not None for x in (self.path, self.hub_id)) != 1:
+            raise ValueError("give exactly one of path (with or without source) or hub_id")
+        return self

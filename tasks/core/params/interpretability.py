@@ -1,0 +1,70 @@
+"""The interpretability sections of ``params.yaml``: ``ablation``, ``probe``,
+``scalar_mix`` and ``attributions``.
+
+Which models each analysis looks at, on which task, and its own knobs (stages
+``ablation``, ``probe``, ``scalar_mix`` and ``attributions``). The values live in
+``params.yaml``.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt, field_validator
+
+from tasks.core.params.base import _Strict
+
+ATTENTION_ZONES = ("cls", "sep_mid", "sep_end", "special", "diagonal", "q2q", "q2p", "p2q", "p2p")
+
+
+class Ablation(_Strict):
+    """Attention-zone ablation (stage ``ablation@<model>``, :mod:`tasks.interpretability.ablation`)."""
+
+    task: str = Field(description="an MRC task; each model is fine-tuned on it (first finetune seed)")
+    models: list[str] = Field(description="compared objectives, 'random' or hub_models names")
+    split: Literal["dev", "test"] = "dev"
+    per_head_zones: list[str] = Field(description="zones also blocked head by head; all zones = the full grid")
+
+    @field_validator("per_head_zones")
+    @classmethod
+    def _known_zones(cls, value: list[str]) -> list[str]:
+        unknown = [z for z in value if z not in ATTENTION_ZONES]
+        if unknown:
+            raise ValueError(f"unknown zone(s) {', '.join(unknown)}; zones: {', '.join(ATTENTION_ZONES)}")
+        return value
+
+
+class ProbeSplit(_Strict):
+    train: PositiveInt
+    test: PositiveInt
+
+
+class Probe(_Strict):
+    """Layer-wise linear probes (stage ``probe@<model>``, :mod:`tasks.interpretability.probe`)."""
+
+    models: list[str]
+    pos_source: str = Field(description="a source of gold word/POS lines (People's Daily format)")
+    pos_file: str
+    ner_task: str = Field(description="an NER task of tasks; its train and dev splits")
+    sentences: ProbeSplit = Field(description="sentences per probe for training and testing it")
+    max_seq_length: PositiveInt
+    batch_size: PositiveInt = Field(description="sentences per forward pass when extracting features")
+
+
+class ScalarMixParams(_Strict):
+    """Frozen encoder + ELMo scalar mix (stage ``scalar_mix@<model>``, :mod:`tasks.interpretability.scalar_mix`)."""
+
+    models: list[str]
+    tasks: list[str] = Field(description="classification or NER tasks; trained as finetune trains them")
+    learning_rate: PositiveFloat = Field(description="for the mix and the head (the encoder is frozen)")
+
+
+class Attributions(_Strict):
+    """Integrated Gradients and attention maps (stage ``attributions@<model>``, :mod:`tasks.interpretability.attributions`)."""
+
+    models: list[str]
+    task: str = Field(description="a classification task; the model is fine-tuned on it (first finetune seed)")
+    correct: NonNegativeInt = Field(description="the most confident correct dev predictions shown")
+    wrong: NonNegativeInt = Field(description="the most confident wrong dev predictions shown")
+    max_tokens: PositiveInt = Field(description="only examples this short are shown (readable maps)")
+    steps: PositiveInt = Field(description="Integrated Gradients steps (Riemann sum)")

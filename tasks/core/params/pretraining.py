@@ -1,0 +1,127 @@
+"""The pretraining sections of ``params.yaml``: ``objectives``, ``similar_words``,
+``pretraining_data``, ``model`` and ``pretrain``.
+
+An objective is a token selection (masking scheme), a replacement distribution and an
+optional sentence task; ``pretraining_data`` shapes the masked instances, ``model``
+the encoder's size and ``pretrain`` the training run. The values live in ``params.yaml``.
+"""
+
+from __future__ import annotations
+
+import math
+
+from pydantic import Field, field_validator, model_validator
+
+from tasks.core.params.base import _Strict
+
+MASKING_SCHEMES = ("mlm", "wwm", "ngram")
+SENTENCE_TASKS = ("nsp", "sop")
+
+
+class Replacement(_Strict):
+    """What a chosen token becomes; the shares sum to 1 (see :mod:`tasks.pretraining.masking`).
+
+    BERT 80/10/10 = ``{mask: 0.8, random: 0.1, keep: 0.1}``; Mac = ``{similar: 0.8,
+    random: 0.1, keep: 0.1}``; PerLM = ``{permute: 0.9, keep: 0.1}``; MacBERT's
+    ablations: all mask ``{mask: 0.9, keep: 0.1}``, random replace ``{random: 0.9, keep: 0.1}``.
+    """
+
+    mask: float = Field(0.0, ge=0, le=1)
+    random: float = Field(0.0, ge=0, le=1)
+    similar: float = Field(0.0, ge=0, le=1)
+    permute: float = Field(0.0, ge=0, le=1)
+    keep: float = Field(0.0, ge=0, le=1)
+
+    @model_validator(mode="after")
+    def _sums_to_one(self) -> "Replacement":
+        total = self.mask + self.random + self.similar + self.permute + self.keep
+        if not math.isclose(total, 1.0, abs_tol=1e-9):
+            raise ValueError(f"mask + random + similar + permute + keep must sum to 1, got {total:g}")
+        if self.permute and (self.mask or self.random or self.similar):
+            raise ValueError("permute (PerLM) predicts positions and cannot be mixed with mask, random or similar")
+        return self
+
+
+class Objective(_Strict):
+    """A pretraining objective: token selection, replacement, sentence task, static or dynamic masking."""
+
+    masking: str = Field(description=f"token selection: one of {', '.join(MASKING_SCHEMES)}")
+    replacement: Replacement = Field(description="BERT's 80/10/10 is {mask: 0.8, random: 0.1, keep: 0.1}")
+    sentence_task: str | None = Field(None, description=f"one of {', '.join(SENTENCE_TASKS)}, or null")
+    dynamic: bool = Field(False, description="draw masks at batch time (RoBERTa) instead of in the data")
+
+    @field_validator("masking")
+    @classmethod
+    def _known(cls, value: str) -> str:
+        if value not in MASKING_SCHEMES:
+            raise ValueError(f"unknown masking scheme {value!r}; known: {', '.join(MASKING_SCHEMES)}")
+        return value
+
+    @field_validator("sentence_task")
+    @classmethod
+    def _known_sentence_task(cls, value: str | None) -> str | None:
+        if value is not None and value not in SENTENCE_TASKS:
+            raise ValueError(f"unknown sentence task {value!r}; known: {', '.join(SENTENCE_TASKS)} (or null)")
+        return value
+
+    @model_validator(mode="after")
+    def _similar_needs_words(self) -> "Objective":
+        if self.replacement.similar and self.masking == "mlm":
+            raise ValueError("replacement.similar (Mac) replaces whole words: use masking wwm or ngram")
+        return self
+
+
+class PretrainingData(_Strict):
+    max_seq_length: int = Field(ge=8, le=512)
+    masked_lm_prob: float = Field(gt=0, lt=1)
+    max_predictions_per_seq: int = Field(ge=1)
+    ngram_probabilities: list[float] = Field(min_length=1, description="P(span of 1, 2, ... words), N-gram masking")
+    dupe_factor: int = Field(ge=1, description="masked copies of the corpus (static masking only)")
+    shard_size: int = Field(ge=1)
+    workers: int = Field(ge=1)
+
+    @field_validator("ngram_probabilities")
+    @classmethod
+    def _distribution(cls, value: list[float]) -> list[float]:
+        if min(value) < 0 or not math.isclose(sum(value), 1.0, abs_tol=1e-6):
+            raise ValueError(f"must be non-negative and sum to 1, got {value} (sum {sum(value):g})")
+        return value
+
+
+class SimilarWordsSpec(_Strict):
+    """Where Mac's similar words come from (stage ``similar_words``)."""
+
+    source: str
+    file: str
+    neighbours: int = Field(ge=1, le=100, description="nearest neighbours considered per word")
+
+
+class ModelSize(_Strict):
+    hidden_size: int = Field(ge=8)
+    num_hidden_layers: int = Field(ge=1)
+    num_attention_heads: int = Field(ge=1)
+    intermediate_size: int = Field(ge=8)
+    hidden_dropout_prob: float = Field(ge=0, lt=1)
+    attention_probs_dropout_prob: float = Field(ge=0, lt=1)
+    sinusoidal_position_amplitude: float = Field(
+        ge=0, description="initialise position embeddings as sinusoids of this amplitude; 0 = BERT's normal init")
+
+    @model_validator(mode="after")
+    def _heads_divide_hidden(self) -> "ModelSize":
+        if self.hidden_size % self.num_attention_heads:
+            raise ValueError(
+                f"hidden_size {self.hidden_size} is not a multiple of num_attention_heads {self.num_attention_heads}"
+            )
+        return self
+
+
+class Pretrain(_Strict):
+    token_budget: int = Field(ge=1, description="non-padding tokens to train on")
+    batch_size: int = Field(ge=1)
+    learning_rate: float = Field(gt=0)
+    warmup_fraction: float = Field(ge=0, lt=1)
+    weight_decay: float = Field(ge=0)
+    max_grad_norm: float = Field(gt=0)
+    log_every: int = Field(ge=1)
+    checkpoint_every: int = Field(ge=1)
+    device: str
