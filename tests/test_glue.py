@@ -14,10 +14,13 @@ from transformers import BertConfig, BertForSequenceClassification, BertTokenize
 from tasks.core.errors import ParamsError, SourceError
 from tasks.core.io import write_parquet
 from tasks.core.quality import Issues
-from tasks.downstream.classification import EncodedClassification, classification_metrics, split_schema
+from tasks.downstream.classification import (METRICS, EncodedClassification, classification_metrics, score,
+                                             split_schema)
+from tasks.downstream.clue import read_clue_jsonl
 from tasks.downstream.families import Classification
-from tasks.downstream.glue import (GLUE_TASKS, METRICS, glue_task, read_clue_jsonl, read_glue, read_table, score,
-                                   table_labels)
+from tasks.downstream.glue import GLUE_TASKS, glue_task, read_glue
+from tasks.downstream.records import table_labels
+from tasks.downstream.tables import read_table
 
 T = "\t"
 MNLI_TRAIN_HEADER = ("index promptID pairID genre sentence1_binary_parse sentence2_binary_parse sentence1_parse "

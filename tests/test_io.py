@@ -8,7 +8,7 @@ import pytest
 
 from tasks.core.errors import SourceError
 from tasks.core.io import atomic_outputs, numbered_lines, sha256_file, write_json, write_parquet
-from tasks.downstream.glue import table_labels
+from tasks.downstream.records import table_labels
 
 
 def test_failed_run_keeps_previous_outputs_and_leaves_no_temporaries(tmp_path):

@@ -12,8 +12,9 @@ from transformers import BertTokenizerFast
 from tasks.core.errors import ParamsError, SourceError
 from tasks.core.quality import Issues
 from tasks.downstream.cmrc_metric import evaluate, gold_answers
-from tasks.downstream.mrc import (DEFAULT_QUERIES, MrcExample, MrcFeatures, bio_spans, decode, gold_texts, ner_to_mrc,
-                                  read_squad, write_predictions)
+from tasks.downstream.mrc import MrcExample, MrcFeatures, gold_texts, read_squad
+from tasks.downstream.mrc_decode import decode, write_predictions
+from tasks.downstream.ner_mrc import DEFAULT_QUERIES, bio_spans, ner_to_mrc
 
 SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 
@@ -352,3 +353,17 @@ def test_real_cmrc2018_trial_windows_round_trip():
     # token boundaries that cut a word (answer "AXR" inside "JAXR"), an answer longer than a window,
     # combining marks that the BERT normaliser strips at the end of a token
     assert len(wrong) <= 5, wrong
+
+
+def test_literal_special_tokens_in_question_and_context_are_text():
+    context = "甲乙[MASK]丙[SEP]丁"
+    example = MrcExample("x", "问[SEP]", context, (("丙", context.index("丙")),))
+    tok = make_tokenizer(context + "问")
+    features = MrcFeatures.encode([example], tok, max_length=64, doc_stride=8)
+    ids = features.batch(np.arange(1))["input_ids"][0].tolist()
+    assert tok.mask_token_id not in ids
+    assert ids.count(tok.sep_token_id) == 2 and ids.count(tok.cls_token_id) == 1  # only the ones the pair adds
+    spans = features.feature_spans(0)
+    b = features.batch(np.arange(1))
+    s, e = int(b["start_positions"][0]), int(b["end_positions"][0])
+    assert context[spans[s, 0]:spans[e, 1]] == "丙"

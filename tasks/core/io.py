@@ -85,7 +85,7 @@ def write_parquet(path: str | os.PathLike, table: pa.Table) -> None:
     """Write ``table`` to Parquet with fixed settings (zstd, no pandas metadata).
 
     Other schema metadata is kept: loaders store facts there that readers need
-    (e.g. the label names of :func:`tasks.downstream.glue.table_labels`).
+    (e.g. the label names of :func:`tasks.downstream.records.table_labels`).
     """
     meta = {k: v for k, v in (table.schema.metadata or {}).items() if k != b"pandas"}
     table = table.replace_schema_metadata(meta or None)

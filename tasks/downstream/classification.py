@@ -101,8 +101,10 @@ class EncodedClassification:
         a = table.column("text_a").to_pylist()
         b = table.column("text_b").to_pylist()
         pairs = any(x is not None for x in b)
+        # split_special_tokens: a literal "[MASK]"/"[SEP]" in a text is word-pieced, never a special id (as in
+        # tasks.corpus.tokenize); [CLS]/[SEP] are still added by id. Same ids for text without such strings.
         enc = tokenizer(a, b if pairs else None, truncation=True, max_length=max_length,
-                        return_attention_mask=False)
+                        split_special_tokens=True, return_attention_mask=False)
         ids, offsets = ragged(pa.array(enc["input_ids"], pa.list_(pa.int32())))
         type_ids, _ = ragged(pa.array(enc["token_type_ids"], pa.list_(pa.int8())))
         label = table.column("label")

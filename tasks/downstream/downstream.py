@@ -31,9 +31,12 @@ from tasks.core.paths import source_file
 from tasks.core.quality import Issues
 from tasks.core.stage import stage_task
 from tasks.downstream.classification import deduplicate, read_polarity_lines, split_table
-from tasks.downstream.glue import read_clue_jsonl, read_glue, read_table
-from tasks.downstream.mrc import DEFAULT_QUERIES, MrcExample, ner_to_mrc, read_squad
+from tasks.downstream.clue import read_clue_jsonl
+from tasks.downstream.glue import read_glue
+from tasks.downstream.mrc import MrcExample, read_squad
 from tasks.downstream.ner import NerSentence, entity_counts, read_conll
+from tasks.downstream.ner_mrc import DEFAULT_QUERIES, ner_to_mrc
+from tasks.downstream.tables import read_table
 
 NER_SCHEMA = pa.schema([("id", pa.string()), ("tokens", pa.list_(pa.string())), ("tags", pa.list_(pa.string()))])
 MRC_SCHEMA = pa.schema([("id", pa.string()), ("question", pa.string()), ("context", pa.string()),
@@ -112,7 +115,7 @@ def prepare_task(name: str, spec: DownstreamTask, raw_dir: Path, seed: int) -> t
     fractions. ``spec.limit`` then caps each split with a seeded subset. For
     ``ner_as_mrc`` splitting and capping count sentences (so one sentence's
     questions never straddle two splits), then each sentence becomes one
-    question per entity type (:func:`tasks.downstream.mrc.ner_to_mrc`).
+    question per entity type (:func:`tasks.downstream.ner_mrc.ner_to_mrc`).
 
     Returns:
         ``({split: table}, stats)``; stats hold the rows per split, the label or

@@ -27,9 +27,10 @@ from tasks.downstream import cmrc_metric
 from tasks.downstream.classification import EncodedClassification, MeanPoolClassifier, score
 from tasks.downstream.downstream import mrc_examples, ner_sentences
 from tasks.downstream.finetune import predict
-from tasks.downstream.glue import table_labels
-from tasks.downstream.mrc import MrcFeatures, decode as decode_spans
+from tasks.downstream.mrc import MrcFeatures
+from tasks.downstream.mrc_decode import decode as decode_spans
 from tasks.downstream.ner import EncodedNer, decode as decode_tags, label_list, ner_metrics
+from tasks.downstream.records import table_labels
 
 
 class Family(Protocol):

@@ -1,4 +1,4 @@
-"""Span-extraction machine reading comprehension (SQuAD v1 / CMRC 2018 format).
+"""Span-extraction machine reading comprehension (SQuAD v1 / CMRC 2018 format): examples and features.
 
 The task: given a question and a context, predict the answer as a span of the
 context (SQuAD, Rajpurkar et al. 2016). A BERT-style encoder reads
@@ -19,20 +19,21 @@ Pipeline, as in the Hugging Face question-answering example
 3. the shared loop (:mod:`tasks.downstream.finetune`) trains an
    ``AutoModelForQuestionAnswering`` on ``MrcFeatures.batch(index)`` and
    predicts ``start_logits``/``end_logits``;
-4. :func:`decode` picks, per example and over all its windows, the best valid
-   span and maps it back to the original context characters;
-5. :func:`write_predictions` writes the official ``{id: answer}`` file that
-   :func:`tasks.downstream.cmrc_metric.evaluate` (and the official scripts) score.
+4. :func:`tasks.downstream.mrc_decode.decode` picks, per example and over all
+   its windows, the best valid span and maps it back to the original context
+   characters;
+5. :func:`tasks.downstream.mrc_decode.write_predictions` writes the official
+   ``{id: answer}`` file that :func:`tasks.downstream.cmrc_metric.evaluate`
+   (and the official scripts) score.
 
-:func:`ner_to_mrc` turns BIO-tagged NER sentences into MRC examples: one
-question per entity type (Li et al. 2020, "A Unified MRC Framework for Named
-Entity Recognition", ACL), so NER can be run through the same span head.
+This module holds steps 1 and 2; :mod:`tasks.downstream.mrc_decode` steps 4
+and 5. :func:`tasks.downstream.ner_mrc.ner_to_mrc` turns BIO-tagged NER
+sentences into :class:`MrcExample` records (Li et al. 2020).
 """
 
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
@@ -42,7 +43,6 @@ import torch
 from transformers import PreTrainedTokenizerBase
 
 from tasks.core.errors import ParamsError, SourceError
-from tasks.core.io import write_json_atomic
 from tasks.core.quality import Issues
 from tasks.training.batching import pad_batch
 
@@ -181,95 +181,6 @@ def read_squad(path: Path, issues: Issues, require_answers: bool = True) -> list
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# NER as MRC (Li et al. 2020)
-
-DEFAULT_QUERIES: dict[str, str] = {
-    "PER": "文中提到了哪些人？找出人名，包括真实或虚构人物的姓名、字号、笔名和译名。",
-    "LOC": "文中提到了哪些地点？找出地名，包括国家、省市、城镇、山川、河流、海洋等地理位置。",
-    "ORG": "文中提到了哪些组织？找出机构名，包括公司、政府部门、政党、学校、媒体、团体等组织机构。",
-}
-"""Queries for the MSRA NER types (person, location, organisation).
-
-Natural-language questions in the spirit of the annotation-guideline queries of
-Li et al. (2020, Table 2 / §4.3): each names the type and gives examples of what
-counts, so the encoder sees the type's definition. The wording is ours.
-"""
-
-
-def bio_spans(tags: Sequence[str]) -> list[tuple[str, int, int]]:
-    """``(type, first token, last token + 1)`` of every entity in a BIO tag sequence.
-
-    ``B-X`` opens an entity, ``I-X`` continues an open ``X`` entity, ``O``
-    closes. An ``I-X`` that does not continue an ``X`` entity opens a new one
-    (the lenient conlleval reading; strict BIO checking belongs to the NER
-    loader's malformed-record policy).
-
-    >>> bio_spans(["B-PER", "I-PER", "O", "I-LOC"])
-    [('PER', 0, 2), ('LOC', 3, 4)]
-    """
-    spans: list[tuple[str, int, int]] = []
-    kind, start = None, 0
-    for i, tag in enumerate(list(tags) + ["O"]):
-        prefix, _, label = tag.partition("-")
-        if kind is not None and not (prefix == "I" and label == kind):
-            spans.append((kind, start, i))
-            kind = None
-        if prefix == "B" or (prefix == "I" and kind is None):
-            kind, start = label, i
-    return spans
-
-
-def ner_to_mrc(sentences: Iterable[Any], queries: dict[str, str] = DEFAULT_QUERIES,
-               single_answer: bool = True) -> list[MrcExample]:
-    """The query-based MRC formulation of NER (Li et al. 2020), as SQuAD v1 examples.
-
-    For each sentence and each entity type in ``queries`` (in the dict's order),
-    one question ``queries[type]`` about the context ``"".join(tokens)`` whose
-    answers are the entities of that type, as character offsets into the context.
-
-    * ``single_answer=True``: only (sentence, type) pairs with exactly one
-      entity of the type become questions (unambiguous single-span targets for
-      a SQuAD head).
-    * ``single_answer=False``: every pair with at least one entity; all its
-      entities are gold answers, in order. A SQuAD head trains on the first
-      only, and :func:`tasks.downstream.cmrc_metric.evaluate` scores a prediction against
-      the best-matching one: this is an approximation of the paper's
-      multi-span extraction, which needs a different head.
-
-    Pairs with no entity of the type are not questions (SQuAD v1 has no
-    unanswerable questions). Types without a query are ignored.
-
-    Args:
-        sentences: objects with ``id``, ``tokens: list[str]`` (characters, or
-            any strings: offsets use their lengths) and ``tags: list[str]`` (BIO,
-            e.g. ``B-PER``), ``len(tags) == len(tokens)``.
-        queries: entity type -> question text.
-        single_answer: see above.
-    Returns:
-        Examples with ids ``f"{sentence.id}-{type}"``.
-    Raises:
-        ValueError: a sentence has different numbers of tokens and tags.
-    """
-    examples: list[MrcExample] = []
-    for sentence in sentences:
-        tokens, tags = list(sentence.tokens), list(sentence.tags)
-        if len(tokens) != len(tags):
-            raise ValueError(f"sentence {sentence.id}: {len(tokens)} tokens but {len(tags)} tags")
-        starts = np.concatenate([[0], np.cumsum([len(t) for t in tokens], dtype=np.int64)])
-        context = "".join(tokens)
-        by_type: dict[str, list[Answer]] = {}
-        for kind, first, stop in bio_spans(tags):
-            a, b = int(starts[first]), int(starts[stop])
-            by_type.setdefault(kind, []).append((context[a:b], a))
-        for kind, query in queries.items():
-            answers = by_type.get(kind, [])
-            if not answers or (single_answer and len(answers) != 1):
-                continue
-            examples.append(MrcExample(f"{sentence.id}-{kind}", query, context, tuple(answers)))
-    return examples
-
-
-# ---------------------------------------------------------------------------------------------------------------------
 # Features: tokenized sliding windows
 
 
@@ -346,7 +257,8 @@ class MrcFeatures:
                        np.zeros(1, np.int64), empty, empty, empty, _stats([], 0))
 
         questions = [ex.question.lstrip() for ex in examples]
-        q_enc = tokenizer(questions, add_special_tokens=False, return_offsets_mapping=True,
+        # split_special_tokens: a literal "[SEP]" in a question or passage is text, not a special id
+        q_enc = tokenizer(questions, add_special_tokens=False, split_special_tokens=True, return_offsets_mapping=True,
                           return_attention_mask=False, return_token_type_ids=False)
         questions = [q[:q_off[max_query_length - 1][1]] if len(q_off) > max_query_length else q
                      for q, q_off in zip(questions, q_enc["offset_mapping"])]
@@ -358,7 +270,7 @@ class MrcFeatures:
                               f"{examples[longest].id}, max_query_length {max_query_length}) + 3 special tokens")
         enc = tokenizer(questions, [ex.context for ex in examples], truncation="only_second",
                         max_length=max_length, stride=doc_stride, return_overflowing_tokens=True,
-                        return_offsets_mapping=True, return_attention_mask=False)
+                        split_special_tokens=True, return_offsets_mapping=True, return_attention_mask=False)
 
         n = len(enc["input_ids"])
         inside = [np.zeros(len(ex.answers), bool) for ex in examples]  # answer wholly inside some window
@@ -440,86 +352,3 @@ def _label(span: np.ndarray, text: str, start: int) -> tuple[int, int]:
     if len(overlap) == 0:
         return 0, 0
     return int(overlap[0]), int(overlap[-1])
-
-
-# ---------------------------------------------------------------------------------------------------------------------
-# Post-processing
-
-
-def _rows(logits: np.ndarray | Sequence[np.ndarray]) -> Iterable[np.ndarray]:
-    """Rows (one per feature) of ``[F, L]`` logits or of a list of ``[b, L_batch]`` batches."""
-    batches = [logits] if isinstance(logits, np.ndarray) else logits
-    for batch in batches:
-        batch = np.asarray(batch)
-        if batch.ndim != 2:
-            raise ValueError(f"logits should be [batch, length] arrays, found shape {batch.shape}")
-        yield from batch
-
-
-def decode(start_logits: np.ndarray | Sequence[np.ndarray], end_logits: np.ndarray | Sequence[np.ndarray],
-           features: MrcFeatures, examples: Sequence[MrcExample], n_best: int = 20,
-           max_answer_length: int = 30) -> dict[str, str]:
-    """Best answer text per example from start/end logits (Hugging Face ``postprocess_qa_predictions``).
-
-    For each feature, the ``n_best`` highest start and end logits among its
-    context tokens are combined (an ``n_best x n_best`` grid, NumPy, per
-    feature); a span ``(s, e)`` is valid when ``s <= e`` and
-    ``e - s + 1 <= max_answer_length`` (tokens); its score is
-    ``start_logits[s] + end_logits[e]``. An example's answer is its best valid
-    span over all its features, mapped back through the offsets to
-    ``context[spans[s][0]:spans[e][1]]`` (the original characters, white space
-    and case preserved). Ties go to the earlier window, then the earlier span.
-
-    Args:
-        start_logits, end_logits: ``[F, L]`` arrays, or lists of ``[b, L_batch]``
-            arrays for consecutive features (what :func:`tasks.downstream.finetune.predict`
-            returns); padding positions beyond a feature's length are ignored.
-        features: the features the logits are for, in the same order.
-        examples: the examples ``features`` were encoded from.
-        n_best: start and end candidates per feature.
-        max_answer_length: longest answer, in tokens.
-    Returns:
-        question id -> answer text for every example; ``""`` when no feature has
-        a valid span.
-    Raises:
-        ValueError: the logits do not match the features in number or length.
-    """
-    if n_best < 1 or max_answer_length < 1:
-        raise ValueError(f"n_best ({n_best}) and max_answer_length ({max_answer_length}) must be positive")
-    best_score = np.full(len(examples), -np.inf)
-    best_span: list[tuple[int, int] | None] = [None] * len(examples)
-    lengths = features.lengths
-    f = -1
-    for f, (start_row, end_row) in enumerate(zip(_rows(start_logits), _rows(end_logits), strict=True)):
-        if f >= len(features):
-            raise ValueError(f"more logit rows than the {len(features)} features")
-        if len(start_row) < lengths[f] or len(end_row) < lengths[f]:
-            raise ValueError(f"feature {f} has {lengths[f]} tokens but its logits only {len(start_row)}")
-        spans = features.feature_spans(f)
-        context = np.flatnonzero(spans[:, 0] >= 0)
-        if len(context) == 0:
-            continue
-        k = min(n_best, len(context))
-        s_logit, e_logit = start_row[context], end_row[context]
-        top_s = np.sort(context[np.argpartition(-s_logit, k - 1)[:k]])
-        top_e = np.sort(context[np.argpartition(-e_logit, k - 1)[:k]])
-        score = start_row[top_s][:, None].astype(np.float64) + end_row[top_e][None, :]
-        width = top_e[None, :] - top_s[:, None]
-        score = np.where((width >= 0) & (width < max_answer_length), score, -np.inf)
-        i, j = np.unravel_index(np.argmax(score), score.shape)
-        e = int(features.example_index[f])
-        if score[i, j] > best_score[e]:
-            best_score[e] = score[i, j]
-            best_span[e] = (int(spans[top_s[i], 0]), int(spans[top_e[j], 1]))
-    if f + 1 != len(features):
-        raise ValueError(f"{f + 1} logit rows for {len(features)} features")
-    return {ex.id: ex.context[span[0]:span[1]] if span else "" for ex, span in zip(examples, best_span)}
-
-
-def write_predictions(path: str | os.PathLike, predictions: dict[str, str]) -> None:
-    """Write the official prediction file ``{question id: answer text}`` atomically.
-
-    UTF-8 JSON with ``ensure_ascii=False`` and sorted keys (deterministic bytes),
-    the format the CMRC 2018 and SQuAD v1.1 evaluation scripts read.
-    """
-    write_json_atomic(path, {str(k): str(v) for k, v in predictions.items()})

@@ -241,8 +241,10 @@ class EncodedNer:
         Raises:
             SourceError: a tag is not in ``labels`` (names the sentence id).
         """
+        # split_special_tokens: a literal "[MASK]" token is word-pieced, never a special id (as in
+        # tasks.corpus.tokenize); [CLS]/[SEP] are still added by id. Same ids for tokens without such strings.
         enc = tokenizer([s.tokens for s in sentences], is_split_into_words=True, truncation=True,
-                        max_length=max_length, return_attention_mask=False)
+                        max_length=max_length, split_special_tokens=True, return_attention_mask=False)
         ids, offsets = ragged(pa.array(enc["input_ids"], pa.list_(pa.int32())))
         lengths = np.diff(offsets)
         if "token_type_ids" in enc:

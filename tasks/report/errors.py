@@ -13,7 +13,7 @@ from tasks.report.templating import render_blocks
 
 
 def _spans(tokens: list[str], tags: list[str]) -> str:
-    from tasks.downstream.mrc import bio_spans
+    from tasks.downstream.ner_mrc import bio_spans
 
     return "; ".join(f"{''.join(tokens[a:b])}/{kind}" for kind, a, b in bio_spans(tags)) or "(none)"
 
