@@ -11,7 +11,8 @@ from prefect import flow, get_run_logger
 from transformers import AutoTokenizer
 
 from tasks.core import paths
-from tasks.core.io import atomic_outputs, write_json, write_parquet
+from tasks.core.io import atomic_outputs, write_parquet
+from tasks.core.metrics import ResampleMetrics, write_metrics
 from tasks.core.params import load_params
 from tasks.core.stage import run_stage
 from tasks.multilingual.multilingual import read_documents
@@ -26,7 +27,7 @@ def resample_mixture(mixture: str) -> None:
     docs = read_documents(paths.MULTILINGUAL, "train")
     tokenizer = AutoTokenizer.from_pretrained(paths.MULTILINGUAL_TOKENIZER)
     texts = docs.column("text").to_pylist()
-    ids = tokenizer(texts, add_special_tokens=False, return_attention_mask=False)["input_ids"]
+    ids = tokenizer(texts, add_special_tokens=False, split_special_tokens=True, return_attention_mask=False)["input_ids"]
     lengths = np.array([len(x) for x in ids])
     keep = np.flatnonzero(lengths > 0)  # a document the tokenizer turns into nothing carries no text
     langs = docs.column("lang").to_pylist()
@@ -43,7 +44,7 @@ def resample_mixture(mixture: str) -> None:
     with atomic_outputs(paths.MIXTURES / f"{mixture}.parquet", paths.stage_metrics("resample", mixture)) as (
             out, metrics):
         write_parquet(out, out_table)
-        write_json(metrics, stats)
+        write_metrics(metrics, ResampleMetrics(**stats))
 
 
 if __name__ == "__main__":

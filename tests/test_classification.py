@@ -92,6 +92,15 @@ def test_sentence_pairs_get_segment_ids(tokenizer):
     assert b["token_type_ids"].tolist() == [[0, 0, 0, 0, 1, 1, 1]]
 
 
+
+def test_literal_special_tokens_in_text_are_not_special_ids(tokenizer):
+    # "[MASK]" and "[SEP]" written in the texts are word-pieced (here [UNK] [UNK] [UNK]: "[", "mask", "]"
+    # are not in the vocabulary), never the mask id or an extra separator; [CLS]/[SEP] are added as usual.
+    table = pa.table({"id": ["a"], "text_a": ["很[MASK]好"], "text_b": ["不[SEP]错"], "label": [1]})
+    b = EncodedClassification.encode(table, tokenizer, 32).batch(np.array([0]))
+    assert b["input_ids"].tolist() == [[2, 6, 1, 1, 1, 5, 3, 8, 1, 1, 1, 9, 3]]
+    assert b["token_type_ids"].tolist() == [[0] * 7 + [1] * 6]
+
 def test_metrics_hand_worked():
     labels = np.array([1, 1, 1, 0, 0, 0])
     preds = np.array([1, 1, 0, 0, 0, 1])

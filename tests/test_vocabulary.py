@@ -41,6 +41,15 @@ def test_extension_appends_new_tokens_and_removes_unk():
     assert extended("我们", add_special_tokens=False)["input_ids"] == base("我们", add_special_tokens=False)["input_ids"]
 
 
+
+def test_literal_special_token_strings_are_counted_as_text():
+    # "[MASK]" written in the text is word-pieced ([ mask ]), never the mask id, for coverage and pruning.
+    tok = multilingual_tokenizer(BASE + ["[", "]", "mask"])
+    pieces = {tok.convert_tokens_to_ids(t) for t in ("[", "mask", "]")}
+    assert coverage(tok, ["我们[MASK]很好"]) == {"characters": 10, "tokens": 7, "unk_rate": 0.0,
+                                                "tokens_per_char": 0.7}  # 我 们 [ mask ] 很 好
+    assert pieces <= set(used_token_ids(tok, ["我们[MASK]很好"]).tolist())
+
 def test_resize_keeps_old_rows_and_starts_new_rows_near_the_mean():
     m = model(len(BASE))
     old_emb = m.bert.embeddings.word_embeddings.weight.detach().clone()

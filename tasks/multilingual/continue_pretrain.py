@@ -47,7 +47,10 @@ def pack_by_language(tokenizer: PreTrainedTokenizerBase, langs: list[str], texts
         (:mod:`tasks.training.batching`), documents in the order given; languages in order of
         first appearance.
     """
-    ids = tokenizer(texts, add_special_tokens=False, return_attention_mask=False)["input_ids"]
+    # split_special_tokens: a literal "[MASK]" in a document is word-pieced, never the mask id (as in
+    # tasks.corpus.tokenize); documents without such strings (all packaged text) get the same ids.
+    ids = tokenizer(texts, add_special_tokens=False, split_special_tokens=True,
+                    return_attention_mask=False)["input_ids"]
     by_lang: dict[str, list[int]] = {}
     for i, lang in enumerate(langs):
         by_lang.setdefault(lang, []).append(i)

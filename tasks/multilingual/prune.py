@@ -59,8 +59,10 @@ def prune_to_languages(model: BertForMaskedLM, tokenizer: PreTrainedTokenizerBas
     # The pruned tokenizer must split kept text exactly as the full one does (WordPiece is
     # greedy longest-match: removing unused tokens cannot change a split made of kept ones).
     new_id = {old: new for new, old in enumerate(keep.tolist())}
-    rows = tokenizer(train_texts[:500], add_special_tokens=False)["input_ids"]
-    same = all(pruned_tokenizer(t, add_special_tokens=False)["input_ids"] == [new_id[i] for i in row]
+    # split_special_tokens, as used_token_ids and pack_by_language tokenize the text.
+    rows = tokenizer(train_texts[:500], add_special_tokens=False, split_special_tokens=True)["input_ids"]
+    same = all(pruned_tokenizer(t, add_special_tokens=False, split_special_tokens=True)["input_ids"]
+               == [new_id[i] for i in row]
                for t, row in zip(train_texts[:500], rows))
     check = check_logits(model, pruned, keep, ids, offsets)
     stats = {"vocab_size": {"before": model.config.vocab_size, "after": int(len(keep))},

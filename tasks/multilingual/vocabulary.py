@@ -61,7 +61,10 @@ def coverage(tokenizer: PreTrainedTokenizerBase, texts: list[str]) -> dict:
     Returns:
         ``{"characters", "tokens", "unk_rate", "tokens_per_char"}``.
     """
-    ids = tokenizer(texts, add_special_tokens=False, return_attention_mask=False)["input_ids"]
+    # split_special_tokens: a literal "[MASK]" in the text is word-pieced like other text, never the mask
+    # id (as in tasks.corpus.tokenize); text without such strings (all packaged text) gets the same ids.
+    ids = tokenizer(texts, add_special_tokens=False, split_special_tokens=True,
+                    return_attention_mask=False)["input_ids"]
     flat = np.fromiter((i for row in ids for i in row), dtype=np.int64)
     chars = sum(map(len, texts))
     return {"characters": chars, "tokens": int(flat.size),
@@ -122,7 +125,10 @@ def prune_masked_lm(model: BertForMaskedLM, keep: np.ndarray) -> BertForMaskedLM
 
 def used_token_ids(tokenizer: PreTrainedTokenizerBase, texts: list[str]) -> np.ndarray:
     """Ascending ids that tokenizing ``texts`` produces, plus every special token's id."""
-    ids = tokenizer(texts, add_special_tokens=False, return_attention_mask=False)["input_ids"]
+    # split_special_tokens: a literal "[MASK]" in the text counts its pieces "[", "mask", "]", as the
+    # text is tokenized everywhere else (tasks.corpus.tokenize); unchanged for text without such strings.
+    ids = tokenizer(texts, add_special_tokens=False, split_special_tokens=True,
+                    return_attention_mask=False)["input_ids"]
     used = {i for row in ids for i in row} | set(tokenizer.all_special_ids)
     return np.array(sorted(used), dtype=np.int64)
 
