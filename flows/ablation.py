@@ -12,7 +12,8 @@ import sys
 from prefect import flow, get_run_logger
 
 from tasks.core import paths
-from tasks.core.io import atomic_outputs, write_json
+from tasks.core.io import atomic_outputs
+from tasks.core.metrics import AblationMetrics, write_metrics
 from tasks.core.model_dir import load_tokenizer
 from tasks.core.params import load_params
 from tasks.core.stage import run_stage
@@ -44,7 +45,7 @@ def ablation(model_name: str) -> None:
     metrics["evaluation"]["features"] = len(data[cfg.split])
     get_run_logger().info(f"{model_name}: baseline {metrics['baseline']}, {metrics['evaluation']}")
     with atomic_outputs(paths.stage_metrics("ablation", model_name)) as (out,):
-        write_json(out, metrics)
+        write_metrics(out, AblationMetrics(**metrics))
 
 
 if __name__ == "__main__":

@@ -8,7 +8,8 @@ import sys
 from prefect import flow
 
 from tasks.core import paths
-from tasks.core.io import atomic_outputs, write_json
+from tasks.core.io import atomic_outputs
+from tasks.core.metrics import AttributionsMetrics, write_metrics
 from tasks.core.model_dir import load_tokenizer
 from tasks.core.params import load_params
 from tasks.core.stage import run_stage
@@ -38,7 +39,7 @@ def attributions(model_name: str) -> None:
         out.mkdir(parents=True)
         (out / "attributions.html").write_text(attributions_page(model_name, cfg.task, examples, mapped),
                                                encoding="utf-8")
-        write_json(metrics_file, summary)
+        write_metrics(metrics_file, AttributionsMetrics(**summary))
 
 
 if __name__ == "__main__":

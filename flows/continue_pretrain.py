@@ -10,7 +10,8 @@ from prefect import flow, get_run_logger
 from transformers import AutoTokenizer
 
 from tasks.core import paths
-from tasks.core.io import atomic_outputs, write_json
+from tasks.core.io import atomic_outputs
+from tasks.core.metrics import ContinuePretrainMetrics, write_metrics
 from tasks.core.params import load_params
 from tasks.core.stage import run_stage
 from tasks.multilingual.continue_pretrain import (continue_checkpoint, evaluate_heldout, mixture_examples, pack_table,
@@ -48,7 +49,7 @@ def continue_pretrain(mixture: str) -> None:
                         paths.stage_metrics("continue_pretrain", mixture, ".csv")) as (out, metrics, log_csv):
         model.save_pretrained(out)
         tokenizer.save_pretrained(out)
-        write_json(metrics, summary)
+        write_metrics(metrics, ContinuePretrainMetrics(**summary))
         write_log(log_csv, rows)
     checkpoint.unlink(missing_ok=True)
 

@@ -12,7 +12,8 @@ import pyarrow as pa
 from prefect import flow, get_run_logger
 
 from tasks.core import paths
-from tasks.core.io import atomic_outputs, write_json, write_parquet
+from tasks.core.io import atomic_outputs, write_parquet
+from tasks.core.metrics import DownstreamMetrics, write_metrics
 from tasks.core.params import load_params
 from tasks.core.stage import run_stage
 from tasks.downstream.downstream import prepare_task
@@ -31,7 +32,7 @@ def downstream(task: str) -> None:
         for split, table in tables.items():
             write_parquet(out / f"{split}.parquet", table)
         write_parquet(out / paths.EVAL_TEXTS_FILE, pa.table({"text": pa.array(texts, pa.string())}))
-        write_json(metrics, stats)
+        write_metrics(metrics, DownstreamMetrics(**stats))
 
 
 if __name__ == "__main__":

@@ -12,7 +12,8 @@ from prefect import flow
 
 from tasks.core import paths
 from tasks.core.errors import ParamsError
-from tasks.core.io import atomic_outputs, write_json
+from tasks.core.io import atomic_outputs
+from tasks.core.metrics import FinetuneMetrics, write_metrics
 from tasks.core.model_dir import check_weights, load_tokenizer
 from tasks.core.params import load_params
 from tasks.core.stage import run_stage
@@ -45,7 +46,7 @@ def finetune(model_name: str, task_name: str) -> None:
     name = paths.finetune_name(model_name, task_name)
     with atomic_outputs(paths.PREDICTIONS / name, paths.stage_metrics("finetune", name)) as (out, metrics_file):
         write_predictions(out, {seed: preds for seed, (_, preds) in zip(cfg.seeds, results)})
-        write_json(metrics_file, metrics)
+        write_metrics(metrics_file, FinetuneMetrics(**metrics))
 
 
 if __name__ == "__main__":

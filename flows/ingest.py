@@ -5,7 +5,8 @@ import sys
 from prefect import flow
 
 from tasks.core import paths
-from tasks.core.io import atomic_outputs, write_json, write_parquet
+from tasks.core.io import atomic_outputs, write_parquet
+from tasks.core.metrics import CorpusMetrics, write_metrics
 from tasks.core.params import load_params
 from tasks.core.stage import run_stage
 from tasks.corpus.ingest import ingest_corpus, load_eval_sentences
@@ -18,7 +19,7 @@ def ingest() -> None:
     table, stats = ingest_corpus(params.corpus, paths.RAW, eval_sentences)
     with atomic_outputs(paths.CORPUS, paths.stage_metrics("corpus")) as (corpus, metrics):
         write_parquet(corpus, table)
-        write_json(metrics, stats.to_dict())
+        write_metrics(metrics, CorpusMetrics(**stats.to_dict()))
 
 
 if __name__ == "__main__":

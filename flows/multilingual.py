@@ -8,7 +8,8 @@ import pyarrow.parquet as pq
 from prefect import flow, get_run_logger
 
 from tasks.core import paths
-from tasks.core.io import atomic_outputs, read_json, write_json, write_parquet
+from tasks.core.io import atomic_outputs, read_json, write_parquet
+from tasks.core.metrics import MultilingualMetrics, write_metrics
 from tasks.core.params import load_params
 from tasks.core.stage import run_stage
 from tasks.multilingual.multilingual import build_documents, iter_inputs
@@ -37,7 +38,8 @@ def multilingual() -> None:
         logger.info(f"{lang} ({s['script']}): {s['documents']} documents, {s['characters']} characters")
     with atomic_outputs(paths.MULTILINGUAL, paths.stage_metrics("multilingual")) as (out, metrics):
         write_parquet(out, table)
-        write_json(metrics, {"languages": languages, "missing_inputs": missing, "absent_languages": absent})
+        write_metrics(metrics, MultilingualMetrics(languages=languages, missing_inputs=missing,
+                                                   absent_languages=absent))
 
 
 if __name__ == "__main__":

@@ -9,7 +9,8 @@ from prefect import flow, get_run_logger
 from transformers import AutoTokenizer
 
 from tasks.core import paths
-from tasks.core.io import atomic_outputs, write_json
+from tasks.core.io import atomic_outputs
+from tasks.core.metrics import PretrainMetrics, write_metrics
 from tasks.core.params import load_params
 from tasks.core.stage import run_stage
 from tasks.pretraining.modeling import pretraining_model, save_pretrained
@@ -42,7 +43,7 @@ def pretrain(objective: str) -> None:
     with atomic_outputs(paths.MODELS / objective, paths.stage_metrics("pretrain", objective),
                         paths.stage_metrics("pretrain", objective, ".csv")) as (out, metrics, log_csv):
         save_pretrained(model, tokenizer, out)
-        write_json(metrics, summary)
+        write_metrics(metrics, PretrainMetrics(**summary))
         write_log(log_csv, rows)
     checkpoint.unlink(missing_ok=True)
 

@@ -9,7 +9,8 @@ from prefect import flow, get_run_logger
 from transformers import AutoTokenizer
 
 from tasks.core import paths
-from tasks.core.io import atomic_outputs, write_json
+from tasks.core.io import atomic_outputs
+from tasks.core.metrics import PretrainingDataMetrics, write_metrics
 from tasks.core.params import load_params
 from tasks.core.rng import named_rng
 from tasks.core.stage import run_stage
@@ -41,7 +42,7 @@ def pretraining_data(objective: str) -> None:
             dupe_factor=cfg.dupe_factor, shard_size=cfg.shard_size, mask_token_id=tokenizer.mask_token_id,
             random_token_ids=random_token_ids(tokenizer), similar=similar, workers=cfg.workers))
         get_run_logger().info(f"{objective}: {stats}")
-        write_json(metrics, stats)
+        write_metrics(metrics, PretrainingDataMetrics(**stats))
 
 
 if __name__ == "__main__":

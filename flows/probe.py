@@ -9,7 +9,8 @@ import pyarrow.parquet as pq
 from prefect import flow
 
 from tasks.core import paths
-from tasks.core.io import atomic_outputs, write_json
+from tasks.core.io import atomic_outputs
+from tasks.core.metrics import ProbeMetrics, write_metrics
 from tasks.core.model_dir import load_model, load_tokenizer
 from tasks.core.params import load_params
 from tasks.core.stage import run_stage
@@ -35,7 +36,7 @@ def probe(model_name: str) -> None:
                   for name, chosen in probes.items()}}
     metrics["wall_sec"] = round(time.perf_counter() - t0, 2)
     with atomic_outputs(paths.stage_metrics("probe", model_name)) as (out,):
-        write_json(out, metrics)
+        write_metrics(out, ProbeMetrics(**metrics))
 
 
 if __name__ == "__main__":

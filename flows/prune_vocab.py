@@ -8,7 +8,8 @@ from prefect import flow, get_run_logger
 from transformers import AutoTokenizer, BertForMaskedLM
 
 from tasks.core import paths
-from tasks.core.io import atomic_outputs, write_json
+from tasks.core.io import atomic_outputs
+from tasks.core.metrics import PruneVocabMetrics, write_metrics
 from tasks.core.params import load_params
 from tasks.core.stage import run_stage
 from tasks.multilingual.multilingual import read_documents
@@ -30,7 +31,7 @@ def prune_vocab() -> None:
         pruned_tokenizer.save_pretrained(out)
         stats["model_bytes"] = {"before": (source / "model.safetensors").stat().st_size,
                                 "after": (out / "model.safetensors").stat().st_size}
-        write_json(metrics, stats)
+        write_metrics(metrics, PruneVocabMetrics(**stats))
     get_run_logger().info(f"pruned to {spec.languages}: {stats}")
 
 

@@ -8,7 +8,8 @@ import sys
 from prefect import flow
 
 from tasks.core import paths
-from tasks.core.io import atomic_outputs, write_json
+from tasks.core.io import atomic_outputs
+from tasks.core.metrics import ScalarMixMetrics, write_metrics
 from tasks.core.params import load_params
 from tasks.core.stage import run_stage
 from tasks.interpretability.scalar_mix import feature_based
@@ -23,7 +24,7 @@ def scalar_mix(model_name: str) -> None:
                "tasks": {t: feature_based(t, paths.MODELS / model_name, params, device)
                          for t in params.scalar_mix.tasks}}
     with atomic_outputs(paths.stage_metrics("scalar_mix", model_name)) as (out,):
-        write_json(out, metrics)
+        write_metrics(out, ScalarMixMetrics(**metrics))
 
 
 if __name__ == "__main__":

@@ -8,7 +8,8 @@ import pyarrow.parquet as pq
 from prefect import flow, get_run_logger
 
 from tasks.core import paths
-from tasks.core.io import atomic_outputs, write_json, write_parquet
+from tasks.core.io import atomic_outputs, write_parquet
+from tasks.core.metrics import SegmentMetrics, write_metrics
 from tasks.core.params import load_params
 from tasks.core.stage import run_stage
 from tasks.corpus.segment import add_words
@@ -28,7 +29,7 @@ def segment() -> None:
     get_run_logger().info(f"segment: {stats}")
     with atomic_outputs(paths.SEGMENTED, paths.stage_metrics("segment")) as (out, metrics):
         write_parquet(out, table)
-        write_json(metrics, stats)
+        write_metrics(metrics, SegmentMetrics(**stats))
 
 
 if __name__ == "__main__":

@@ -9,7 +9,8 @@ from prefect import flow, get_run_logger
 from transformers import AutoTokenizer
 
 from tasks.core import paths
-from tasks.core.io import atomic_outputs, write_json, write_parquet
+from tasks.core.io import atomic_outputs, write_parquet
+from tasks.core.metrics import SimilarWordsMetrics, write_metrics
 from tasks.core.params import load_params
 from tasks.core.paths import source_file
 from tasks.core.stage import run_stage
@@ -28,7 +29,7 @@ def similar_words() -> None:
     get_run_logger().info(f"similar words: {stats}")
     with atomic_outputs(paths.LEXICON, paths.stage_metrics("similar_words")) as (out, metrics):
         write_parquet(out, table)
-        write_json(metrics, stats)
+        write_metrics(metrics, SimilarWordsMetrics(**stats))
 
 
 if __name__ == "__main__":

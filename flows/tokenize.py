@@ -6,7 +6,8 @@ import pyarrow.parquet as pq
 from prefect import flow, get_run_logger
 
 from tasks.core import paths
-from tasks.core.io import atomic_outputs, write_json, write_parquet
+from tasks.core.io import atomic_outputs, write_parquet
+from tasks.core.metrics import TokenizeMetrics, write_metrics
 from tasks.core.params import load_params
 from tasks.core.stage import run_stage
 from tasks.corpus.tokenize import build_tokenizer, tokens_table, vocab_stats
@@ -23,7 +24,7 @@ def tokenize() -> None:
     with atomic_outputs(paths.TOKENIZER, paths.TOKENS, paths.stage_metrics("tokenize")) as (tok, out, metrics):
         tokenizer.save_pretrained(tok)
         write_parquet(out, tokens)
-        write_json(metrics, stats)
+        write_metrics(metrics, TokenizeMetrics(**stats))
 
 
 if __name__ == "__main__":

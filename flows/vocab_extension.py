@@ -8,7 +8,8 @@ from prefect import flow, get_run_logger
 from transformers import AutoTokenizer
 
 from tasks.core import paths
-from tasks.core.io import atomic_outputs, write_json
+from tasks.core.io import atomic_outputs
+from tasks.core.metrics import VocabExtensionMetrics, write_metrics
 from tasks.core.params import load_params
 from tasks.core.paths import source_file
 from tasks.core.stage import run_stage
@@ -46,7 +47,7 @@ def vocab_extension() -> None:
              "new_token_examples": new[:40], "coverage": report}
     with atomic_outputs(paths.MULTILINGUAL_TOKENIZER, paths.stage_metrics("vocab_extension")) as (out, metrics):
         extended.save_pretrained(out)
-        write_json(metrics, stats)
+        write_metrics(metrics, VocabExtensionMetrics(**stats))
 
 
 if __name__ == "__main__":

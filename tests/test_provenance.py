@@ -2,7 +2,11 @@
 
 import pytest
 
+from tasks.core.metrics import FinetuneMetrics, read_metrics
 from tasks.report import provenance
+from tests.conftest import ROOT
+
+TRAINING = read_metrics(ROOT / "metrics" / "finetune" / "mlm-lcqmc.json", FinetuneMetrics).training
 
 
 def summary(*scores: float) -> dict:
@@ -10,9 +14,9 @@ def summary(*scores: float) -> dict:
     return {"max": max(scores), "mean": mean, "min": min(scores), "n": len(scores), "std": 0.0}
 
 
-def finetune(dev: tuple, test: tuple) -> dict:
-    return {"family": "classification", "headline": "accuracy",
-            "dev": {"accuracy": summary(*dev)}, "test": {"accuracy": summary(*test)}, "runs": []}
+def finetune(dev: tuple, test: tuple, family: str = "classification", headline: str = "accuracy") -> FinetuneMetrics:
+    return FinetuneMetrics(model="m", task="t", family=family, headline=headline, seeds=[1], training=TRAINING,
+                           runs=[], dev={headline: summary(*dev)}, test={headline: summary(*test)})
 
 
 @pytest.mark.parametrize("now_dev, verdict", [
@@ -31,9 +35,9 @@ def test_run_scores_are_judged_against_the_seed_spread(monkeypatch, now_dev, ver
 
 
 def test_mrc_percentages_compare_as_fractions(monkeypatch):
-    committed = {"family": "mrc", "headline": "f1", "dev": {"f1": summary(70.0, 74.0)}, "runs": []}
+    committed = finetune((70.0, 74.0), (70.0,), "mrc", "f1")  # as committed: CMRC percentages
     monkeypatch.setattr(provenance, "previous_metrics", lambda path, rev="HEAD": committed)
-    now = {"family": "mrc", "headline": "f1", "dev": {"f1": summary(0.71, 0.75)}, "runs": []}
+    now = finetune((0.71, 0.75), (0.7,), "mrc", "f1")
     row = provenance.changes_section({("wwm", "msra_mrc"): now}).splitlines()[2]
     assert "| 72.00 | 73.00 | +1.00 | 4.00 | within seed spread |" in row
 

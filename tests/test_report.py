@@ -13,6 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from tasks.core.metrics import FinetuneMetrics, SeedSummary, read_metrics
 from tasks.core.params import Objective, Params
 from tasks.report.common import max_avg
 from tasks.report.comparison import comparison_section
@@ -28,14 +29,18 @@ from tasks.report.templating import TEMPLATES, render_blocks
 from tests.conftest import ROOT, small_params
 
 METRICS = ROOT / "metrics"  # committed to git: the metrics of a real run
+TRAINING = read_metrics(METRICS / "finetune" / "mlm-lcqmc.json", FinetuneMetrics).training  # a real run's knobs
+FIT = {"steps": 10, "examples": 320, "train_loss": 0.5, "wall_sec": 1.0, "examples_per_sec": 320.0}
 
 
-def result(family, headline, scores):
-    runs = [{"seed": i + 1, "dev": {headline: v}, "test": {headline: v}} for i, v in enumerate(scores)]
+def result(family, headline, scores) -> FinetuneMetrics:
+    """Fine-tuning metrics whose every seed scores the same on dev and test."""
+    runs = [{"seed": i + 1, "train": FIT, "dev": {headline: v}, "test": {headline: v}} for i, v in enumerate(scores)]
     mean = sum(scores) / len(scores)
     std = (sum((v - mean) ** 2 for v in scores) / max(1, len(scores) - 1)) ** 0.5
     summary = {headline: {"mean": mean, "std": std, "max": max(scores), "min": min(scores), "n": len(scores)}}
-    return {"family": family, "headline": headline, "runs": runs, "dev": summary, "test": summary}
+    return FinetuneMetrics(model="m", task="t", family=family, headline=headline, seeds=list(range(1, len(runs) + 1)),
+                           training=TRAINING, runs=runs, dev=summary, test=summary)
 
 
 @pytest.fixture(scope="module")
@@ -44,14 +49,14 @@ def params() -> Params:
 
 
 def test_max_avg_cell():
-    assert max_avg({"max": 0.812, "mean": 0.8, "std": 0.0123, "min": 0.79, "n": 3}) == "81.2 (80.0 ± 1.2)"
+    assert max_avg(SeedSummary(max=0.812, mean=0.8, std=0.0123, min=0.79, n=3)) == "81.2 (80.0 ± 1.2)"
 
 
 def test_mrc_percentages_become_fractions():
     r = as_fractions(result("mrc", "f1", [46.0, 50.0, 48.0]))
-    assert r["dev"]["f1"]["max"] == 0.5 and r["dev"]["f1"]["n"] == 3
-    assert [run["dev"]["f1"] for run in r["runs"]] == [0.46, 0.5, 0.48]
-    assert as_fractions(result("ner", "f1", [0.2]))["dev"]["f1"]["max"] == 0.2
+    assert r.dev["f1"].max == 0.5 and r.dev["f1"].n == 3 and r.test["f1"].min == 0.46
+    assert [run.dev["f1"] for run in r.runs] == [run.test.f1 for run in r.runs] == [0.46, 0.5, 0.48]
+    assert as_fractions(result("ner", "f1", [0.2])).dev["f1"].max == 0.2
 
 
 def test_verdict_needs_a_gap_beyond_the_seed_spread(tmp_path):

@@ -16,3 +16,7 @@ class SourceError(PipelineError):
 
 class ParamsError(PipelineError):
     """``params.yaml`` holds a value the pipeline cannot run with."""
+
+
+class MetricsError(PipelineError):
+    """A metrics file (``metrics/``) does not match its model in :mod:`tasks.core.metrics`."""

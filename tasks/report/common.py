@@ -6,14 +6,17 @@ from __future__ import annotations
 import csv
 import math
 from pathlib import Path
+from typing import TypeVar
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from tasks.core.io import read_json  # noqa: E402
+from tasks.core.metrics import Metrics, SeedSummary, read_metrics  # noqa: E402
 from tasks.report.templating import ENV  # noqa: E402
+
+M = TypeVar("M", bound=Metrics)
 
 
 def fmt(value, digits: int = 2, percent: bool = False) -> str:
@@ -27,10 +30,10 @@ def fmt(value, digits: int = 2, percent: bool = False) -> str:
     return f"{value:,.{digits}f}"
 
 
-def max_avg(summary: dict, digits: int = 1) -> str:
+def max_avg(summary: SeedSummary, digits: int = 1) -> str:
     """HFL-style cell: ``max (mean ± std)`` of a per-seed summary, in percent."""
-    return (f"{fmt(summary['max'], digits, True)} ({fmt(summary['mean'], digits, True)}"
-            f" ± {fmt(summary['std'], digits, True)})")
+    return (f"{fmt(summary.max, digits, True)} ({fmt(summary.mean, digits, True)}"
+            f" ± {fmt(summary.std, digits, True)})")
 
 
 def table(header: list[str], rows: list[list[str]]) -> str:
@@ -40,10 +43,10 @@ def table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
-def seed_spread(*summaries: dict) -> float:
+def seed_spread(*summaries: SeedSummary) -> float:
     """The seed spread of per-seed summaries (``max``/``min`` of a score over seeds): the
     largest max - min among them, in the score's unit."""
-    return max(s["max"] - s["min"] for s in summaries)
+    return max(s.max - s.min for s in summaries)
 
 
 def spread_verdict(gap: float, spread: float) -> str:
@@ -62,15 +65,20 @@ def read_csv(path: Path) -> list[dict]:
         return [{k: float(v) if v != "" else None for k, v in row.items()} for row in csv.DictReader(f)]
 
 
-def load_metrics(path: Path) -> dict | None:
-    """A metrics JSON file, or ``None`` when its stage has not run."""
-    return read_json(path) if path.is_file() else None
+def load_metrics(path: Path, model: type[M]) -> M | None:
+    """The metrics file at ``path`` as ``model``, or ``None`` when its stage has not run.
+
+    Raises:
+        MetricsError: the file does not match ``model``.
+    """
+    return read_metrics(path, model) if path.is_file() else None
 
 
-def loaded(metrics: Path, stage: str, names: list[str]) -> dict[str, dict]:
-    """``name -> metrics`` of the per-item stage ``stage`` for the names that have run."""
-    found = {n: load_metrics(metrics / stage / f"{n}.json") for n in names}
-    return {n: v for n, v in found.items() if v}
+def loaded(metrics: Path, model: type[M], names: list[str]) -> dict[str, M]:
+    """``name -> metrics`` of the per-item stage whose files ``model`` describes
+    (``metrics/<kind>/<name>.json``), for the names that have run."""
+    found = {n: load_metrics(metrics / model.kind() / f"{n}.json", model) for n in names}
+    return {n: v for n, v in found.items() if v is not None}
 
 
 def save_figure(fig, path: Path) -> Path:

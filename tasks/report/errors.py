@@ -48,9 +48,9 @@ def errors_section(results: dict, models: list[str], tasks: list[str], predictio
         if model is None:
             continue
         r = results[model, t]
-        seed = r["runs"][0]["seed"]
+        seed = r.runs[0].seed
         test = {row["id"]: row for row in pq.read_table(data / t / "test.parquet").to_pylist()}
-        header, rows = wrong_predictions(r["family"], predictions / f"{model}-{t}", seed, test)
+        header, rows = wrong_predictions(r.family, predictions / f"{model}-{t}", seed, test)
         cells = [[c.replace("|", "\\|").replace("\n", " ") for c in row] for row in rows[:per_task]]
         found.append({"task": t, "model": model, "seed": seed, "wrong": len(rows), "total": len(test),
                       "examples": table(header, cells)})

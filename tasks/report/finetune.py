@@ -8,31 +8,40 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 
+from tasks.core.metrics import FinetuneMetrics, Scores, SeedSummary
 from tasks.report.common import load_metrics, save_bars, seed_spread, spread_verdict, table
 from tasks.report.templating import render_blocks
 
 
-def as_fractions(result: dict) -> dict:
-    """A fine-tuning metrics dict with every score in [0, 1]. MRC runs store the
-    official CMRC 2018 script's percentages; classification (scikit-learn) and NER
-    (seqeval) store fractions. Summaries' ``n`` is a count and stays as is."""
-    if result.get("family") != "mrc":
+def fraction(family: str, score: float) -> float:
+    """A score of a task of ``family`` in [0, 1]. MRC runs store the official CMRC 2018
+    script's percentages; classification (scikit-learn) and NER (seqeval) store fractions."""
+    return score / 100 if family == "mrc" else score
+
+
+def as_fractions(result: FinetuneMetrics) -> FinetuneMetrics:
+    """Fine-tuning metrics with every score in [0, 1] (:func:`fraction`); summaries' ``n``
+    is a count and stays as is."""
+    if result.family != "mrc":
         return result
-    out = dict(result)
-    for split in ("dev", "test"):
-        if split in out:
-            out[split] = {m: {k: (v if k == "n" else v / 100) for k, v in s.items()} for m, s in out[split].items()}
-    out["runs"] = [{**run, **{split: {m: v / 100 for m, v in run[split].items()} for split in ("dev", "test")
-                              if split in run}} for run in out.get("runs", [])]
-    return out
+
+    def summary(s: SeedSummary) -> SeedSummary:
+        return s.model_copy(update={k: fraction(result.family, getattr(s, k)) for k in ("mean", "std", "max", "min")})
+
+    def scores(s: Scores) -> Scores:
+        return s.model_copy(update={m: fraction(result.family, v) for m, v in s.items()})
+
+    return result.model_copy(update={
+        "dev": {m: summary(s) for m, s in result.dev.items()}, "test": {m: summary(s) for m, s in result.test.items()},
+        "runs": [run.model_copy(update={"dev": scores(run.dev), "test": scores(run.test)}) for run in result.runs]})
 
 
-def finetune_results(metrics: Path, models: list[str], tasks: list[str]) -> dict[tuple[str, str], dict]:
+def finetune_results(metrics: Path, models: list[str], tasks: list[str]) -> dict[tuple[str, str], FinetuneMetrics]:
     """``(model, task) -> metrics`` (scores as fractions) of every fine-tuning run found."""
     found = {}
     for m in models:
         for t in tasks:
-            r = load_metrics(metrics / "finetune" / f"{m}-{t}.json")
+            r = load_metrics(metrics / "finetune" / f"{m}-{t}.json", FinetuneMetrics)
             if r:
                 found[m, t] = as_fractions(r)
     return found
@@ -66,13 +75,13 @@ def finetune_section(results: dict, models: list[str], tasks: list[str], figures
             r = results.get((m, t))
             if not r or not base or m == "random":
                 continue
-            h = r["headline"]
-            gap = r["dev"][h]["mean"] - base["dev"][h]["mean"]
-            spread = seed_spread(r["dev"][h], base["dev"][h])
+            h = r.headline
+            gap = r.dev[h].mean - base.dev[h].mean
+            spread = seed_spread(r.dev[h], base.dev[h])
             rows.append([t, m, f"{100 * gap:+.2f}", f"{100 * spread:.2f}", spread_verdict(gap, spread)])
     values = {}
     for (m, t), r in results.items():
-        values.setdefault(t, {})[m] = [run["dev"][r["headline"]] for run in r["runs"]]
+        values.setdefault(t, {})[m] = [run.dev[r.headline] for run in r.runs]
     plot_grouped(values, models, "dev headline metric", figures / "finetune_dev.png")
     verdicts = table(["task", "model", "Δ vs random", "seed spread", "verdict"], rows) if rows else None
     return render_blocks("finetune.md.j2", verdicts=verdicts)

@@ -12,11 +12,13 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 
+from tasks.core.metrics import (AblationMetrics, AttributionsMetrics, FinetuneMetrics, FinetuneRun, ProbeMetrics,
+                                ScalarMixMetrics)
 from tasks.core.params import Params
 from tasks.interpretability.ablation import ZONE_LABELS, ZONES
 from tasks.interpretability.attributions import attribution_html
 from tasks.report.common import fmt, load_metrics, loaded, save_figure, table
-from tasks.report.finetune import as_fractions
+from tasks.report.finetune import fraction
 from tasks.report.templating import render_blocks
 
 NAMES = {z: ZONE_LABELS[z][3:] for z in ZONES}  # "No P2Q" -> "P2Q"
@@ -42,42 +44,47 @@ def _heatmaps(grids: dict[str, np.ndarray], rows: list[str], cols: list[str], ti
     return save_figure(fig, path)
 
 
-def _baseline_check(metrics: Path, runs: dict[str, dict]) -> dict:
+def _finetuned_run(metrics: Path, model: str, task: str, seed: int) -> FinetuneRun | None:
+    """The ``finetune`` stage's run of ``model`` on ``task`` with ``seed``, if it ran."""
+    finetuned = load_metrics(metrics / "finetune" / f"{model}-{task}.json", FinetuneMetrics)
+    return next((run for run in finetuned.runs if run.seed == seed), None) if finetuned else None
+
+
+def _baseline_check(metrics: Path, runs: dict[str, AblationMetrics]) -> dict:
     """Which ablation baselines reproduce the fine-tuning stage's score for the same seed."""
     same, differ = [], []
     for model, r in runs.items():
-        finetuned = load_metrics(metrics / "finetune" / f"{model}-{r['task']}.json") or {}
-        run = next((x for x in finetuned.get("runs", []) if x["seed"] == r["seed"]), None)
+        run = _finetuned_run(metrics, model, r.task, r.seed)
         if run is not None:
-            (same if abs(run[r["split"]]["f1"] - r["baseline"]["f1"]) < 1e-9 else differ).append(model)
-    return {"same": same, "differ": differ, "seed": r["seed"]}
+            (same if abs(run.scores(r.split).f1 - r.baseline.f1) < 1e-9 else differ).append(model)
+    return {"same": same, "differ": differ, "seed": r.seed}
 
 
 def ablation(metrics: Path, models: list[str], figures: Path) -> dict | None:
     """The ablation table, per-zone means and per-model extremes; writes the heat maps."""
-    runs = loaded(metrics, "ablation", models)
+    runs = loaded(metrics, AblationMetrics, models)
     if not runs:
         return None
     first = next(iter(runs.values()))
-    delta = {z: {m: r["all_layers"][z]["f1"] - r["baseline"]["f1"] for m, r in runs.items()} for z in ZONES}
-    rows = [["Baseline"] + [f"{fmt(r['baseline']['em'], 1)} / {fmt(r['baseline']['f1'], 1)}" for r in runs.values()]]
-    rows += [[ZONE_LABELS[z]] + [f"{fmt(r['all_layers'][z]['em'], 1)} / {fmt(r['all_layers'][z]['f1'], 1)} "
+    delta = {z: {m: r.all_layers[z].f1 - r.baseline.f1 for m, r in runs.items()} for z in ZONES}
+    rows = [["Baseline"] + [f"{fmt(r.baseline.em, 1)} / {fmt(r.baseline.f1, 1)}" for r in runs.values()]]
+    rows += [[ZONE_LABELS[z]] + [f"{fmt(r.all_layers[z].em, 1)} / {fmt(r.all_layers[z].f1, 1)} "
                                  f"({delta[z][m]:+.1f})" for m, r in runs.items()] for z in ZONES]
     mean = {z: float(np.mean(list(d.values()))) for z, d in delta.items()}
     costliest = {m: min(ZONES, key=lambda z: delta[z][m]) for m in runs}
 
-    grids = {m: np.array([[r["per_layer"][z][f"layer_{k}"]["f1"] - r["baseline"]["f1"] for z in ZONES]
-                          for k in range(r["layers"])]) for m, r in runs.items()}
-    layers = [f"layer {k}" for k in range(first["layers"])]
+    grids = {m: np.array([[r.per_layer[z][f"layer_{k}"].f1 - r.baseline.f1 for z in ZONES]
+                          for k in range(r.layers)]) for m, r in runs.items()}
+    layers = [f"layer {k}" for k in range(first.layers)]
     _heatmaps(grids, layers, [NAMES[z] for z in ZONES], "ΔF1 with a zone blocked in one layer",
               figures / "ablation_layers.png")
     worst = {m: np.unravel_index(np.argmin(g), g.shape) for m, g in grids.items()}
 
     heads = []
-    for zone in [z for z in ("p2q", "p2p") if all(z in r["per_head"] for r in runs.values())]:
-        grid = {m: np.array([[r["per_head"][zone][f"layer_{k}"][f"head_{h}"]["f1"] - r["baseline"]["f1"]
-                              for h in range(r["heads"])] for k in range(r["layers"])]) for m, r in runs.items()}
-        _heatmaps(grid, layers, [f"head {h}" for h in range(first["heads"])],
+    for zone in [z for z in ("p2q", "p2p") if all(z in r.per_head for r in runs.values())]:
+        grid = {m: np.array([[r.per_head[zone][f"layer_{k}"][f"head_{h}"].f1 - r.baseline.f1
+                              for h in range(r.heads)] for k in range(r.layers)]) for m, r in runs.items()}
+        _heatmaps(grid, layers, [f"head {h}" for h in range(first.heads)],
                   f"ΔF1 with {NAMES[zone]} blocked in one head", figures / f"ablation_heads_{zone}.png")
         heads.append({"zone": zone, "spread": {m: float(h.max() - h.min()) for m, h in grid.items()}})
 
@@ -92,15 +99,15 @@ def ablation(metrics: Path, models: list[str], figures: Path) -> dict | None:
             "heads": heads}
 
 
-def _plot_probes(runs: dict[str, dict], path: Path) -> Path:
+def _plot_probes(runs: dict[str, ProbeMetrics], path: Path) -> Path:
     fig, axes = plt.subplots(1, 3, figsize=(11, 3.4), dpi=110)
     for model, r in runs.items():
-        for ax, (probe, key) in zip(axes, (("pos", "accuracy"), ("ner", "accuracy"), ("ner", "entity_f1"))):
-            ax.plot([x["layer"] for x in r[probe]["layers"]], [x[key] for x in r[probe]["layers"]], marker="o",
+        for ax, (probe, key) in zip(axes, ((r.pos, "accuracy"), (r.ner, "accuracy"), (r.ner, "entity_f1"))):
+            ax.plot([x.layer for x in probe.layers], [getattr(x, key) for x in probe.layers], marker="o",
                     label=model)
     first = next(iter(runs.values()))
     for ax, title, base in zip(axes, ("POS accuracy", "NER tag accuracy", "NER entity F1"),
-                               (first["pos"]["majority_baseline"], first["ner"]["majority_baseline"], None)):
+                               (first.pos.majority_baseline, first.ner.majority_baseline, None)):
         if base is not None:
             ax.axhline(base, color="grey", linestyle=":", label="majority tag")
         ax.set_title(title, fontsize=9)
@@ -114,28 +121,28 @@ def _plot_probes(runs: dict[str, dict], path: Path) -> Path:
 
 def probes(metrics: Path, models: list[str], figures: Path) -> dict | None:
     """Probe accuracy per layer as a table and each model's peak layers; writes ``probes.png``."""
-    runs = loaded(metrics, "probe", models)
+    runs = loaded(metrics, ProbeMetrics, models)
     if not runs:
         return None
     _plot_probes(runs, figures / "probes.png")
     first = next(iter(runs.values()))
     rows, peaks = [], []
     for model, r in runs.items():
-        pos = [x["accuracy"] for x in r["pos"]["layers"]]
-        ner = [x["entity_f1"] for x in r["ner"]["layers"]]
+        pos = [x.accuracy for x in r.pos.layers]
+        ner = [x.entity_f1 for x in r.ner.layers]
         rows.append([model] + [f"{fmt(a, 1, True)} / {fmt(f, 1, True)}" for a, f in zip(pos, ner)])
         peaks.append({"model": model, "pos_layer": int(np.argmax(pos)), "pos": max(pos), "embeddings": pos[0],
                       "ner_layer": int(np.argmax(ner)), "ner": max(ner)})
-    header = ["model", *[f"layer {k}: POS acc / NER F1 %" for k in range(len(first["pos"]["layers"]))]]
+    header = ["model", *[f"layer {k}: POS acc / NER F1 %" for k in range(len(first.pos.layers))]]
     return {"first": first, "table": table(header, rows), "peaks": peaks}
 
 
-def _plot_weights(runs: dict[str, dict], tasks: list[str], path: Path) -> Path:
+def _plot_weights(runs: dict[str, ScalarMixMetrics], tasks: list[str], path: Path) -> Path:
     fig, axes = plt.subplots(1, len(tasks), figsize=(4 * len(tasks), 3.2), dpi=110, squeeze=False)
     for ax, task in zip(axes[0], tasks):
         width = 0.8 / len(runs)
         for j, (model, r) in enumerate(runs.items()):
-            w = r["tasks"][task]["layer_weights"]
+            w = r.tasks[task].layer_weights
             ax.bar(np.arange(len(w)) + (j - (len(runs) - 1) / 2) * width, w, width * 0.9, label=model)
         ax.set_title(task, fontsize=9)
         ax.set_xticks(range(len(w)))
@@ -149,25 +156,24 @@ def _plot_weights(runs: dict[str, dict], tasks: list[str], path: Path) -> Path:
 def scalar_mix(metrics: Path, models: list[str], figures: Path) -> dict | None:
     """Feature-based vs fine-tuned scores, the learnt layer weights (plotted into
     ``scalar_mix.png``) and the fine-tuning gap."""
-    runs = loaded(metrics, "scalar_mix", models)
+    runs = loaded(metrics, ScalarMixMetrics, models)
     if not runs:
         return None
-    tasks = list(next(iter(runs.values()))["tasks"])
+    tasks = list(next(iter(runs.values())).tasks)
     rows, gaps = [], []
     for model, r in runs.items():
         for task in tasks:
-            t = r["tasks"][task]
-            finetuned = load_metrics(metrics / "finetune" / f"{model}-{task}.json")
-            seed = next((run for run in (finetuned or {}).get("runs", []) if run["seed"] == t["seed"]), None)
-            head = t["headline"]
-            feat = as_fractions({"family": t["family"], "dev": t["dev"]})["dev"][head]
-            full = as_fractions({"family": t["family"], "dev": seed["dev"]})["dev"][head] if seed else None
+            t = r.tasks[task]
+            seed = _finetuned_run(metrics, model, task, t.seed)
+            head = t.headline
+            feat = fraction(t.family, t.dev[head])
+            full = fraction(t.family, seed.dev[head]) if seed else None
             if full is not None:
                 gaps.append(full - feat)
             rows.append([model, task, head, fmt(feat, 1, True), fmt(full, 1, True) if full is not None else "n/a",
-                         " / ".join(f"{w:.2f}" for w in t["layer_weights"]), f"{t['gamma']:.2f}"])
+                         " / ".join(f"{w:.2f}" for w in t.layer_weights), f"{t.gamma:.2f}"])
     _plot_weights(runs, tasks, figures / "scalar_mix.png")
-    top = [{"task": task, "layers": [(m, int(np.argmax(r["tasks"][task]["layer_weights"]))) for m, r in runs.items()]}
+    top = [{"task": task, "layers": [(m, int(np.argmax(r.tasks[task].layer_weights))) for m, r in runs.items()]}
            for task in tasks]
     return {"table": table(["model", "task", "metric", "feature-based", "fine-tuned", "weights s_j", "γ"], rows),
             "top": top, "gaps": [float(g) for g in gaps], "mean_gap": float(np.mean(gaps)) if gaps else None}
@@ -176,27 +182,26 @@ def scalar_mix(metrics: Path, models: list[str], figures: Path) -> dict | None:
 def attributions(metrics: Path, models: list[str], results: Path, report_dir: Path) -> list[dict] | None:
     """Per model, its examples as a table with inline attribution spans, completeness and
     the top tokens of the confident errors."""
-    runs = loaded(metrics, "attributions", models)
+    runs = loaded(metrics, AttributionsMetrics, models)
     if not runs:
         return None
     found = []
     for model, r in runs.items():
         rows, wrong = [], []
-        for e in r["examples"]:
-            scores = np.array(e["attributions"])
-            top = " ".join(e["tokens"][i] for i in np.argsort(-scores)[:3])
-            correct = e["label"] == e["prediction"]
-            rows.append([e["id"], "correct" if correct else "**wrong**",
-                         f"{e['label']} → {e['prediction']} ({e['probability']:.2f})", top,
-                         attribution_html(e["tokens"], scores)])
+        for e in r.examples:
+            scores = np.array(e.attributions)
+            top = " ".join(e.tokens[i] for i in np.argsort(-scores)[:3])
+            correct = e.label == e.prediction
+            rows.append([e.id, "correct" if correct else "**wrong**",
+                         f"{e.label} → {e.prediction} ({e.probability:.2f})", top, attribution_html(e.tokens, scores)])
             if not correct:
-                wrong.append({"id": e["id"], "top": top})
+                wrong.append({"id": e.id, "top": top})
         found.append({"model": model, "run": r, "wrong": wrong,
                       "page": os.path.relpath(results / model / "attributions.html", report_dir),
-                      "mapped": r["examples"][r["attention_maps_of"]]["id"] if r["examples"] else "-",
+                      "mapped": r.examples[r.attention_maps_of].id if r.examples else "-",
                       "table": table(["example", "verdict", "gold → predicted (p)", "top tokens", "attributions"],
                                      rows),
-                      "delta": max((abs(e["convergence_delta"]) for e in r["examples"]), default=0)})
+                      "delta": max((abs(e.convergence_delta) for e in r.examples), default=0)})
     return found
 
 

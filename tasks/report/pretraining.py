@@ -7,6 +7,7 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 
+from tasks.core.metrics import PretrainingDataMetrics, PretrainMetrics
 from tasks.core.params import Objective
 from tasks.report.common import fmt, load_metrics, read_csv, save_figure, table
 from tasks.report.templating import render_blocks
@@ -42,19 +43,17 @@ def pretraining_section(metrics: Path, objectives: list[str], specs: dict[str, O
     """The section's Markdown; writes ``pretrain_loss.png`` into ``figures`` when any loss log exists."""
     rows, curves = [], {}
     for name in objectives:
-        data = load_metrics(metrics / "pretraining_data" / f"{name}.json")
-        run = load_metrics(metrics / "pretrain" / f"{name}.json")
+        data = load_metrics(metrics / "pretraining_data" / f"{name}.json", PretrainingDataMetrics)
+        run = load_metrics(metrics / "pretrain" / f"{name}.json", PretrainMetrics)
         log = metrics / "pretrain" / f"{name}.csv"
         if log.is_file():
             curves[name] = read_csv(log)
         if data and run:
-            chosen = "-" if data.get("dynamic") else fmt(data["chosen_rate"], 2, True)
-            fallback = fmt(data.get("similar_fallback_rate"), 1, True)
-            rows.append([name, describe_objective(specs[name]), fmt(data["sequences"]), chosen, fallback,
-                         fmt(run["tokens"]), fmt(run["final_loss"], 3),
-                         fmt(run.get("final_token_accuracy"), 1, True),
-                         fmt(run.get("final_sentence_accuracy"), 1, True),
-                         fmt(run["wall_sec"] / 60, 1), fmt(run["tokens_per_sec"], 0), fmt(run["peak_memory_mb"], 0)])
+            chosen = "-" if data.dynamic else fmt(data.chosen_rate, 2, True)
+            rows.append([name, describe_objective(specs[name]), fmt(data.sequences), chosen,
+                         fmt(data.similar_fallback_rate, 1, True), fmt(run.tokens), fmt(run.final_loss, 3),
+                         fmt(run.final_token_accuracy, 1, True), fmt(run.final_sentence_accuracy, 1, True),
+                         fmt(run.wall_sec / 60, 1), fmt(run.tokens_per_sec, 0), fmt(run.peak_memory_mb, 0)])
     runs = table(["objective", "definition", "sequences", "chosen %", "Mac fallback %", "tokens", "final loss",
                   "token acc %", "sentence acc %", "minutes", "tokens/s", "peak MiB"], rows) if rows else None
     if curves:

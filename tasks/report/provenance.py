@@ -3,12 +3,13 @@ in ``dvc.lock``, and report section "What changed since the last commit"."""
 
 from __future__ import annotations
 
-import json
 import subprocess
 from pathlib import Path
 
 import yaml
 
+from tasks.core.errors import MetricsError
+from tasks.core.metrics import FinetuneMetrics, parse_metrics
 from tasks.report.common import fmt, seed_spread, spread_verdict, table
 from tasks.report.finetune import as_fractions
 
@@ -40,16 +41,18 @@ def data_versions(prov: dict) -> str:
     return table(["artifact", "md5"], outs) if outs else ""
 
 
-def previous_metrics(path: Path, rev: str = "HEAD") -> dict | None:
-    """The committed version of a metrics file at ``rev``, if any (for "what changed")."""
+def previous_metrics(path: Path, rev: str = "HEAD") -> FinetuneMetrics | None:
+    """The committed version of a fine-tuning metrics file at ``rev`` (for "what changed");
+    ``None`` when none is committed, or when it does not match today's model (a run of
+    other code: nothing to compare with)."""
     text = _git("show", f"{rev}:{path.as_posix()}")
     try:
-        return json.loads(text) if text else None
-    except json.JSONDecodeError:
+        return parse_metrics(text, FinetuneMetrics, f"{rev}:{path.as_posix()}") if text else None
+    except MetricsError:
         return None
 
 
-def changes_section(results: dict) -> str:
+def changes_section(results: dict[tuple[str, str], FinetuneMetrics]) -> str:
     """Headline scores of this run vs the committed metrics at HEAD, judged against the
     seed spread (the larger max - min over seeds of the two), as a table; empty when
     nothing is committed to compare with.
@@ -63,13 +66,13 @@ def changes_section(results: dict) -> str:
     for (m, t), now in sorted(results.items()):
         before = previous_metrics(Path("metrics") / "finetune" / f"{m}-{t}.json")
         before = as_fractions(before) if before else None
-        h = now["headline"]
+        h = now.headline
         for split in ("dev", "test"):
-            if not before or h not in before.get(split, {}) or h not in now.get(split, {}):
+            if not before or h not in before.summary(split) or h not in now.summary(split):
                 continue
-            a, b = now[split][h], before[split][h]
-            gap, spread = a["mean"] - b["mean"], seed_spread(a, b)
+            a, b = now.summary(split)[h], before.summary(split)[h]
+            gap, spread = a.mean - b.mean, seed_spread(a, b)
             verdict = "identical" if a == b else spread_verdict(gap, spread)
-            rows.append([f"{m} / {t} {split} {h} (mean)", fmt(b["mean"], 2, True), fmt(a["mean"], 2, True),
+            rows.append([f"{m} / {t} {split} {h} (mean)", fmt(b.mean, 2, True), fmt(a.mean, 2, True),
                          f"{100 * gap:+.2f}", f"{100 * spread:.2f}", verdict])
     return table(["metric", "HEAD", "this run", "change", "seed spread", "verdict"], rows) if rows else ""

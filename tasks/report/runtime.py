@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tasks.core.metrics import PretrainMetrics, SegmentMetrics
 from tasks.report.common import fmt, load_metrics, table
 
 
@@ -11,11 +12,10 @@ def runtime_section(metrics: Path, objectives: list[str], results: dict) -> str:
     """Minutes per stage run (segmentation, pretraining, fine-tuning summed over seeds)
     as a table; empty when none has run."""
     rows = []
-    for stage, file in [("segment", metrics / "segment.json")] + \
-            [(f"pretrain@{o}", metrics / "pretrain" / f"{o}.json") for o in objectives]:
-        m = load_metrics(file)
-        if m and "wall_sec" in m:
-            rows.append([stage, fmt(m["wall_sec"] / 60, 2)])
+    for stage, m in [("segment", load_metrics(metrics / "segment.json", SegmentMetrics))] + \
+            [(f"pretrain@{o}", load_metrics(metrics / "pretrain" / f"{o}.json", PretrainMetrics)) for o in objectives]:
+        if m:
+            rows.append([stage, fmt(m.wall_sec / 60, 2)])
     for (model, task), r in sorted(results.items()):
-        rows.append([f"finetune@{model}-{task}", fmt(sum(run["train"]["wall_sec"] for run in r["runs"]) / 60, 2)])
+        rows.append([f"finetune@{model}-{task}", fmt(sum(run.train.wall_sec for run in r.runs) / 60, 2)])
     return table(["stage", "minutes (training compute)"], rows) if rows else ""

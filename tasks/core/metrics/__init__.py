@@ -1,0 +1,85 @@
+"""The metrics files (``metrics/``), one typed model per kind of file: the one source of truth
+for their keys.
+
+Each model is written by its stage (``write_metrics(path, Model(**values))`` in
+``flows/<stage>.py``) and read by the report (``read_metrics(path, Model)``, then attribute
+access), so a key renamed on one side fails on the other, not silently in a template.
+Models are strict: every key declared (extra keys refused), types checked without coercion
+(``"3"`` is no number and ``1`` no boolean; an integer passes for a float).
+Reading a file that does not match its model raises :class:`tasks.core.errors.MetricsError`,
+one line naming the file, the field and the model.
+
+Serialisation: :func:`write_metrics` writes :func:`tasks.core.io.to_json` of the fields
+that were *given* (``exclude_unset``; a ``None`` given stays ``null``; floats as Python's
+``repr``), so the bytes do not depend on the order fields are declared in (keys are sorted;
+the declaration order groups fields for the reader), and a file read and written again is
+byte-identical. A field without a default is in every file; one declared ``= absent()`` is
+left out by some runs (:mod:`tasks.core.metrics.base`).
+
+Files, their models and the stages that write them:
+
+* ``corpus.json``: :class:`CorpusMetrics`, stage ``ingest``
+* ``segment.json``: :class:`SegmentMetrics`, stage ``segment``
+* ``tokenize.json``: :class:`TokenizeMetrics`, stage ``tokenize``
+* ``similar_words.json``: :class:`SimilarWordsMetrics`, stage ``similar_words``
+* ``downstream/<task>.json``: :class:`DownstreamMetrics`, stage ``downstream``
+* ``pretraining_data/<objective>.json``: :class:`PretrainingDataMetrics`, stage ``pretraining_data``
+* ``pretrain/<objective>.json``: :class:`PretrainMetrics`, stage ``pretrain``
+* ``finetune/<model>-<task>.json``: :class:`FinetuneMetrics`, stage ``finetune``
+* ``multilingual.json``: :class:`MultilingualMetrics`, stage ``multilingual``
+* ``vocab_extension.json``: :class:`VocabExtensionMetrics`, stage ``vocab_extension``
+* ``resample/<mixture>.json``: :class:`ResampleMetrics`, stage ``resample``
+* ``continue_pretrain/<mixture>.json``: :class:`ContinuePretrainMetrics`, stage ``continue_pretrain``
+* ``prune_vocab.json``: :class:`PruneVocabMetrics`, stage ``prune_vocab``
+* ``ablation/<model>.json``: :class:`AblationMetrics`, stage ``ablation``
+* ``probe/<model>.json``: :class:`ProbeMetrics`, stage ``probe``
+* ``scalar_mix/<model>.json``: :class:`ScalarMixMetrics`, stage ``scalar_mix``
+* ``attributions/<model>.json``: :class:`AttributionsMetrics`, stage ``attributions``
+
+Units are in the fields' descriptions: ``*_sec`` are wall-clock seconds, ``*_per_sec`` rates
+per wall-clock second, ``peak_memory_mb`` MiB; rates and shares are fractions (0-1) except
+MRC scores, which are percentages (:mod:`tasks.core.metrics.downstream`).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from tasks.core.metrics.base import Metrics, Record, parse_metrics, read_metrics, write_metrics
+from tasks.core.metrics.corpus import (CorpusMetrics, Dropped, LanguageCounts, SegmentMetrics, SimilarWordsMetrics,
+                                       TokenizeMetrics)
+from tasks.core.metrics.downstream import (Deduplication, DownstreamMetrics, EntityScores, Family, FinetuneMetrics,
+                                           FinetuneRun, FinetuneTraining, FitSummary, Malformed, Scores, SeedSummary)
+from tasks.core.metrics.interpretability import (AblationEvaluation, AblationMetrics, AttributedExample,
+                                                 AttributionsMetrics, FeatureBasedRun, Probe, ProbeLayer, ProbeMetrics,
+                                                 ScalarMixMetrics)
+from tasks.core.metrics.multilingual import (BeforeAfter, ContinuePretrainMetrics, Coverage, Heldout, HeldoutMlm,
+                                             LanguageDocuments, LanguageSample, MissingInput, MultilingualMetrics,
+                                             PruneVocabMetrics, ResampleMetrics, TokenizerCoverage,
+                                             VocabExtensionMetrics)
+from tasks.core.metrics.pretraining import PretrainingDataMetrics, PretrainMetrics, PretrainSummary
+
+MODELS: dict[str, type[Metrics]] = {model.kind(): model for model in (
+    CorpusMetrics, SegmentMetrics, TokenizeMetrics, SimilarWordsMetrics, DownstreamMetrics, PretrainingDataMetrics,
+    PretrainMetrics, FinetuneMetrics, MultilingualMetrics, VocabExtensionMetrics, ResampleMetrics,
+    ContinuePretrainMetrics, PruneVocabMetrics, AblationMetrics, ProbeMetrics, ScalarMixMetrics,
+    AttributionsMetrics)}
+"""Kind (the first part of the path under ``metrics/``, without ``.json``) -> model."""
+
+
+def model_for(path: str | os.PathLike, root: str | os.PathLike = "metrics") -> type[Metrics]:
+    """The model of the metrics file at ``path`` (a path under ``root``)."""
+    kind = Path(path).relative_to(root).parts[0].removesuffix(".json")
+    return MODELS[kind]
+
+
+__all__ = ["AblationEvaluation", "AblationMetrics", "AttributedExample", "AttributionsMetrics", "BeforeAfter",
+           "ContinuePretrainMetrics", "CorpusMetrics", "Coverage", "Deduplication", "DownstreamMetrics", "Dropped",
+           "EntityScores", "Family", "FeatureBasedRun", "FinetuneMetrics", "FinetuneRun", "FinetuneTraining",
+           "FitSummary", "Heldout", "HeldoutMlm", "LanguageCounts", "LanguageDocuments", "LanguageSample", "MODELS",
+           "Malformed", "Metrics", "MissingInput", "MultilingualMetrics", "PretrainMetrics", "PretrainSummary",
+           "PretrainingDataMetrics", "Probe", "ProbeLayer", "ProbeMetrics", "PruneVocabMetrics", "Record",
+           "ResampleMetrics", "ScalarMixMetrics", "Scores", "SeedSummary", "SegmentMetrics", "SimilarWordsMetrics",
+           "TokenizeMetrics", "TokenizerCoverage", "VocabExtensionMetrics", "model_for", "parse_metrics",
+           "read_metrics", "write_metrics"]

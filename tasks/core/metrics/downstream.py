@@ -1,0 +1,181 @@
+"""Metrics of the downstream tasks: their data (``downstream``) and fine-tuning (``finetune``),
+with the score blocks the interpretability stages share.
+
+Scale: MRC scores (``em``, ``f1``, ``average``) are percentages (0-100), as the official
+CMRC 2018 script gives them; classification (scikit-learn) and NER (seqeval) scores are
+fractions (0-1). The report brings both to fractions (:func:`tasks.report.finetune.as_fractions`).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from tasks.core.metrics.base import Metrics, Record, absent
+
+Family = Literal["classification", "mrc", "ner"]
+
+
+class Malformed(Record):
+    """Records that break the format (:class:`tasks.core.quality.Issues`)."""
+
+    policy: Literal["fail", "skip", "repair"]
+    counts: dict[str, int]
+    """``<kind>_<action>`` -> records."""
+    examples: list[str]
+    """The first messages (``file:line: problem -> action``)."""
+
+
+class Deduplication(Record):
+    """Polarity files: exact-duplicate texts collapsed, texts with conflicting labels dropped."""
+
+    lines: int
+    unique_texts: int
+    duplicate_lines: int
+    conflicting_texts_dropped: int
+    examples: int
+
+
+class DownstreamMetrics(Metrics):
+    """Stage ``downstream@<task>``: the task's splits after splitting and capping."""
+
+    file = "downstream/<task>.json"
+    rows: dict[str, int]
+    """Split -> examples (MRC: questions)."""
+    malformed: Malformed
+    labels: dict[str, dict[str, int]] = absent()
+    """Classification: split -> label -> examples."""
+    entities: dict[str, dict[str, int]] = absent()
+    """NER: split -> entity type -> entities."""
+    sentences: dict[str, int] = absent()
+    """NER read as MRC: split -> sentences (before each became one question per entity type)."""
+    deduplication: Deduplication = absent()
+
+
+class EntityScores(Record):
+    precision: float
+    recall: float
+    f1: float
+    support: int
+    """Gold entities of the type."""
+
+
+class Scores(Record):
+    """The scores of one evaluation, by metric name: the task's ``metrics`` (params) only, so
+    the others are absent. Percentages for MRC, fractions otherwise (module docstring)."""
+
+    accuracy: float = absent()
+    f1: float = absent()
+    """Classification: binary F1 of class 1; NER: entity-level micro F1; MRC: character F1 (%)."""
+    macro_f1: float = absent()
+    matthews: float = absent()
+    pearson: float = absent()
+    spearman: float = absent()
+    em: float = absent()
+    """MRC exact match (%)."""
+    average: float = absent()
+    """MRC: (em + f1) / 2 (%)."""
+    precision: float = absent()
+    recall: float = absent()
+    per_type: dict[str, EntityScores] = absent()
+    """NER: entity type -> scores."""
+
+    def items(self) -> list[tuple[str, float]]:
+        """``(metric, score)`` of the metrics present, in declaration order (``per_type`` aside)."""
+        return [(name, value) for name in type(self).model_fields
+                if name != "per_type" and (value := getattr(self, name)) is not None]
+
+    def __getitem__(self, metric: str) -> float:
+        """The score of ``metric`` (``scores[headline]``); KeyError when the run has none."""
+        if metric not in self:
+            raise KeyError(metric)
+        return getattr(self, metric)
+
+    def __contains__(self, metric: str) -> bool:
+        return metric in type(self).model_fields and metric != "per_type" and getattr(self, metric) is not None
+
+
+class SeedSummary(Record):
+    """A score over the seeds, in the score's unit."""
+
+    mean: float
+    std: float
+    """Sample standard deviation (ddof=1; 0 for one seed)."""
+    max: float
+    min: float
+    n: int
+    """Seeds."""
+
+
+class FinetuneTraining(Record):
+    """The task's fine-tuning knobs (``params.finetune`` with the task's overrides,
+    :class:`tasks.core.params.Training`)."""
+
+    max_seq_length: int
+    epochs: float
+    batch_size: int
+    learning_rate: float
+    """Peak learning rate (AdamW; linear warm-up, then linear decay to 0)."""
+    warmup_fraction: float
+    """Fraction (0-1) of the steps spent warming up."""
+    weight_decay: float
+    max_grad_norm: float
+    dropout: float
+    eval_batch_size: int = absent()
+    """Absent in runs from before it was a param."""
+    pooling: Literal["mean", "cls"]
+    doc_stride: int
+    max_query_length: int = absent()
+    """Absent in runs from before it was a param."""
+    max_answer_length: int
+    n_best: int
+
+
+class FitSummary(Record):
+    """What :func:`tasks.downstream.finetune.fit` returns."""
+
+    steps: int
+    examples: int
+    """Examples trained on (all epochs)."""
+    train_loss: float
+    """Mean loss of the last 10% of the steps."""
+    wall_sec: float
+    """Wall-clock seconds of training (2 decimals)."""
+    examples_per_sec: float
+    """Examples per wall-clock second (1 decimal)."""
+
+
+class FinetuneRun(Record):
+    """One seed of ``finetune``."""
+
+    seed: int
+    train: FitSummary
+    dev: Scores
+    test: Scores
+
+    def scores(self, split: str) -> Scores:
+        """The scores of ``split`` (``dev`` or ``test``)."""
+        return {"dev": self.dev, "test": self.test}[split]
+
+
+class FinetuneMetrics(Metrics):
+    """Stage ``finetune@<model>-<task>``: per-seed runs and their summary per split and metric."""
+
+    file = "finetune/<model>-<task>.json"
+    model: str
+    task: str
+    family: Family
+    headline: str
+    """The task's first metric, the one the report compares."""
+    seeds: list[int]
+    encoding: dict[str, dict[str, int]] = absent()
+    """Split -> what encoding counted (NER truncation, MRC answers no window holds);
+    absent in runs from before it was written."""
+    training: FinetuneTraining
+    runs: list[FinetuneRun]
+    dev: dict[str, SeedSummary]
+    """Metric -> its summary over the seeds."""
+    test: dict[str, SeedSummary]
+
+    def summary(self, split: str) -> dict[str, SeedSummary]:
+        """Metric -> summary over the seeds on ``split`` (``dev`` or ``test``)."""
+        return {"dev": self.dev, "test": self.test}[split]
