@@ -3,6 +3,7 @@ on a resampled mixture with the extended vocabulary, and evaluate MLM accuracy a
 per language on held-out text, before (base model, embeddings resized) and after."""
 
 import sys
+from functools import partial
 
 import pyarrow.parquet as pq
 import torch
@@ -25,31 +26,30 @@ from tasks.training.device import resolve_device
 @flow(name="continue_pretrain")
 def continue_pretrain(mixture: str) -> None:
     params = load_params()
-    spec, data_cfg = params.multilingual, params.pretraining_data
+    spec, data_cfg, seed = params.multilingual, params.pretraining_data, params.seed
     spec.mixture(mixture)  # a ParamsError for an unknown name, before any work
     logger = get_run_logger()
     tokenizer = AutoTokenizer.from_pretrained(paths.MULTILINGUAL_TOKENIZER)
-    model, old_vocab = resized_base_model(paths.MODELS / spec.base_model, len(tokenizer), params.seed)
+    model, old_vocab = resized_base_model(paths.MODELS / spec.base_model, len(tokenizer), seed)
     device = resolve_device(params.pretrain.device)
     heldout = pack_table(tokenizer, read_documents(paths.MULTILINGUAL, "heldout"), data_cfg.max_seq_length)
-    evaluation = dict(sequences=heldout, data_cfg=data_cfg, seed=params.seed, mask_token_id=tokenizer.mask_token_id,
-                      device=device)
-    before = evaluate_heldout("before", model, **evaluation)
-    data = mixture_examples(tokenizer, pq.read_table(paths.MIXTURES / f"{mixture}.parquet"), mixture, data_cfg,
-                            params.seed)
+    evaluate = partial(evaluate_heldout, model=model, sequences=heldout, data_cfg=data_cfg, seed=seed,
+                       mask_token_id=tokenizer.mask_token_id, device=device)
+    before = evaluate("before")
+    data = mixture_examples(tokenizer, pq.read_table(paths.MIXTURES / f"{mixture}.parquet"), mixture, data_cfg, seed)
     checkpoint, fingerprint = continue_checkpoint(params, mixture)
     logger.info(f"{mixture}: {len(data)} sequences, vocabulary {old_vocab} -> {len(tokenizer)}, device {device}")
     summary = train(PretrainingModel(model), data, params.pretrain.model_copy(update=spec.pretrain.model_dump()),
-                    seed=params.seed, device=device, checkpoint=checkpoint, fingerprint=fingerprint, log=logger.info)
-    rows = summary.pop("rows")
-    after = evaluate_heldout("after", model, **evaluation, before=before)
-    summary.update(mixture=mixture, base_model=spec.base_model, vocab_size_before=old_vocab, vocab_size=len(tokenizer),
-                   sequences=len(data), threads=torch.get_num_threads(), heldout={"before": before, "after": after})
+                    seed=seed, device=device, checkpoint=checkpoint, fingerprint=fingerprint, log=logger.info)
+    rows, heldout_scores = summary.pop("rows"), {"before": before, "after": evaluate("after", before=before)}
+    result = ContinuePretrainMetrics(**summary, mixture=mixture, base_model=spec.base_model, vocab_size_before=old_vocab,
+                                     vocab_size=len(tokenizer), sequences=len(data), threads=torch.get_num_threads(),
+                                     heldout=heldout_scores)
     with atomic_outputs(paths.CONTINUED / mixture, paths.stage_metrics("continue_pretrain", mixture),
                         paths.stage_metrics("continue_pretrain", mixture, ".csv")) as (out, metrics, log_csv):
         model.save_pretrained(out)
         tokenizer.save_pretrained(out)
-        write_metrics(metrics, ContinuePretrainMetrics(**summary))
+        write_metrics(metrics, result)
         write_log(log_csv, rows)
     checkpoint.unlink(missing_ok=True)
 
