@@ -42,14 +42,13 @@ def continue_pretrain(mixture: str) -> None:
     summary = train(PretrainingModel(model), data, params.pretrain.model_copy(update=spec.pretrain.model_dump()),
                     seed=seed, device=device, checkpoint=checkpoint, fingerprint=fingerprint, log=logger.info)
     rows, heldout_scores = summary.pop("rows"), {"before": before, "after": evaluate("after", before=before)}
-    result = ContinuePretrainMetrics(**summary, mixture=mixture, base_model=spec.base_model, vocab_size_before=old_vocab,
-                                     vocab_size=len(tokenizer), sequences=len(data), threads=torch.get_num_threads(),
-                                     heldout=heldout_scores)
     with atomic_outputs(paths.CONTINUED / mixture, paths.stage_metrics("continue_pretrain", mixture),
                         paths.stage_metrics("continue_pretrain", mixture, ".csv")) as (out, metrics, log_csv):
         model.save_pretrained(out)
         tokenizer.save_pretrained(out)
-        write_metrics(metrics, result)
+        write_metrics(metrics, ContinuePretrainMetrics(
+            **summary, mixture=mixture, base_model=spec.base_model, vocab_size_before=old_vocab,
+            vocab_size=len(tokenizer), sequences=len(data), threads=torch.get_num_threads(), heldout=heldout_scores))
         write_log(log_csv, rows)
     checkpoint.unlink(missing_ok=True)
 
