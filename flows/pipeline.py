@@ -1,18 +1,8 @@
 """The whole pipeline as one Prefect flow, walking the stage graph of ``dvc.yaml``.
 
-The DAG is declared once, in ``dvc.yaml``; this flow reads it through DVC's API
-and runs each stage as a Prefect task (``dvc repro --single-item <stage>``), in
-dependency order, so the Prefect UI shows every stage with its state, duration
-and logs. A stage that failed on bad input or params (it printed ``error: ...``)
-fails at once with that line as its message; any other failure (killed, out of
-memory, crash) is retried once. DVC decides whether a stage's
-dependencies changed; Prefect caching is off (``NO_CACHE``), so Prefect never
-skips a stage DVC wants to rerun.
-
-Usage::
-
-    python -m flows.pipeline                       # run once
-    python -m flows.pipeline serve --cron "0 2 * * *"   # serve on a schedule (needs a Prefect server)
+Each stage runs as a Prefect task in dependency order (:mod:`tasks.orchestration.repro`);
+DVC decides which stages rerun. ``python -m flows.pipeline`` runs it once;
+``python -m flows.pipeline serve --cron "0 2 * * *"`` serves it on a schedule (needs a Prefect server).
 """
 
 from __future__ import annotations

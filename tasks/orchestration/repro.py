@@ -1,6 +1,11 @@
-"""Running ``dvc.yaml``'s stages from Prefect: the stage order DVC's graph gives, and one
-stage as a Prefect task (``dvc repro --single-item <stage>``) whose failure message carries
-the stage's ``error:`` line, retried only when the failure may be transient.
+"""Running ``dvc.yaml``'s stages from Prefect (for :mod:`flows.pipeline`).
+
+The DAG is declared once, in ``dvc.yaml``; :func:`stage_order` reads it through DVC's API, and
+:func:`repro_stage` runs one stage as a Prefect task (``dvc repro --single-item <stage>``), so the
+Prefect UI shows every stage with its state, duration and logs. A stage that failed on bad input
+or params (it printed ``error: ...``) fails at once with that line as its message; any other
+failure (killed, out of memory, crash) is retried once. DVC decides whether a stage's
+dependencies changed; Prefect caching is off, so Prefect never skips a stage DVC wants to rerun.
 """
 
 from __future__ import annotations
