@@ -24,6 +24,8 @@ from transformers import BertConfig, BertForQuestionAnswering
 from tasks.interpretability.ablation import ZoneAblation
 from tasks.training.device import resolve_device
 
+from results import write_results  # benchmarks/results.py (scripts run from their folder)
+
 SIZES = {"pipeline (2 x 128, 2 heads)": dict(hidden_size=128, num_hidden_layers=2, num_attention_heads=2,
                                              intermediate_size=512),
          "BERT-base (12 x 768, 12 heads)": dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
@@ -58,6 +60,7 @@ def main() -> None:
     device = resolve_device(args.device)
     torch.manual_seed(0)
     print(f"device {device}, batch {args.batch} x {args.length} tokens, best of {args.repeats}")
+    figures: dict[str, dict] = {}
     for name, size in SIZES.items():
         model = BertForQuestionAnswering(BertConfig(vocab_size=8000, max_position_embeddings=512, **size))
         model.to(device).eval()
@@ -81,6 +84,13 @@ def main() -> None:
                             torch.cuda.synchronize(device)
                         best = min(best, time.perf_counter() - t0)
             print(f"  {label:<20} {tokens / best / 1e3:9.1f} k tokens/s   peak {peak_mb(device):8.0f} MiB")
+            figures.setdefault(name, {})[label] = {"tokens_per_sec": round(tokens / best, 1),
+                                                   "peak_mb": round(peak_mb(device), 1)}
+        plain = figures[name]["plain model"]["tokens_per_sec"]
+        for row in figures[name].values():
+            row["vs_plain_model"] = round(row["tokens_per_sec"] / plain, 3)
+    write_results("attention_zones", {"device": str(device), "batch": args.batch, "length": args.length,
+                                      "repeats": args.repeats}, figures)
 
 
 if __name__ == "__main__":

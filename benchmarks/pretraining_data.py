@@ -37,6 +37,8 @@ from tasks.corpus.tokenize import random_token_ids
 from tasks.pretraining.masking import MaskingConfig, mask_batch
 from tasks.pretraining.pretraining_data import masking_config, pack_documents
 
+from results import write_results  # benchmarks/results.py (scripts run from their folder)
+
 OBJECTIVES = ["mlm", "wwm", "ngram", "mac", "perlm"]
 
 
@@ -150,6 +152,8 @@ def main() -> None:
     naive = best_time(lambda: [jieba.lcut(t) for t in texts], 1)
     print(f"segment ({len(texts):,} sentences, {chars:,} chars): pipeline {chars / ours:,.0f} chars/s "
           f"({params.segment.workers} processes), naive loop {chars / naive:,.0f} chars/s, x{naive / ours:.1f}")
+    figures: dict[str, dict] = {"segment": {"chars_per_sec": round(chars / ours),
+                                            "naive_chars_per_sec": round(chars / naive), "speedup": round(naive / ours, 2)}}
 
     tokens = pq.read_table(paths.TOKENS)
     lexicon_table = pq.read_table(paths.LEXICON)
@@ -191,6 +195,11 @@ def main() -> None:
         n = len(take)
         print(f"{name:>10} {row_chars / ours:>17,.0f} {n / ours:>11,.0f} {peak / 2**20:>9.1f} "
               f"{row_chars / naive:>14,.0f} {n / naive:>11,.0f} {naive / ours:>8.1f}x")
+        figures[f"mask_{name}"] = {"chars_per_sec": round(row_chars / ours), "examples_per_sec": round(n / ours),
+                                   "peak_mb": round(peak / 2**20, 1), "naive_chars_per_sec": round(row_chars / naive),
+                                   "speedup": round(naive / ours, 2)}
+    write_results("pretraining_data", {"rows": args.rows, "sentences": args.sentences, "repeats": args.repeats,
+                                       "segment_workers": params.segment.workers}, figures)
 
 
 if __name__ == "__main__":
