@@ -16,8 +16,9 @@ RESULTS = Path(__file__).parent / "results"
 
 def machine() -> dict:
     """The facts a timing depends on: CPU, cores, torch threads and version, accelerator."""
-    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() else ""
+    info = Path("/proc/cpuinfo")
+    lines = info.read_text().splitlines() if info.exists() else []
+    cpu = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), platform.processor())
     return {"cpu": cpu, "cores": os.cpu_count(), "torch": torch.__version__, "threads": torch.get_num_threads(),
             "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None}
 
