@@ -148,10 +148,10 @@ def main() -> None:
 
     jieba.setLogLevel(60)
     jieba.initialize()
-    ours = best_time(lambda: segment_texts(texts, workers=params.segment.workers), 1)
+    ours = best_time(lambda: segment_texts(texts, workers=params.executor.workers), 1)
     naive = best_time(lambda: [jieba.lcut(t) for t in texts], 1)
     print(f"segment ({len(texts):,} sentences, {chars:,} chars): pipeline {chars / ours:,.0f} chars/s "
-          f"({params.segment.workers} processes), naive loop {chars / naive:,.0f} chars/s, x{naive / ours:.1f}")
+          f"({params.executor.workers} processes), naive loop {chars / naive:,.0f} chars/s, x{naive / ours:.1f}")
     figures: dict[str, dict] = {"segment": {"chars_per_sec": round(chars / ours),
                                             "naive_chars_per_sec": round(chars / naive), "speedup": round(naive / ours, 2)}}
 
@@ -199,7 +199,7 @@ def main() -> None:
                                    "peak_mb": round(peak / 2**20, 1), "naive_chars_per_sec": round(row_chars / naive),
                                    "speedup": round(naive / ours, 2)}
     write_results("pretraining_data", {"rows": args.rows, "sentences": args.sentences, "repeats": args.repeats,
-                                       "segment_workers": params.segment.workers}, figures)
+                                       "segment_workers": params.executor.workers}, figures)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Stage ``segment``: jieba word segmentation of the corpus (every core)."""
+"""Stage ``segment``: jieba word segmentation of the corpus, shard by shard on the executor."""
 
 import sys
 import time
@@ -8,28 +8,33 @@ import pyarrow.parquet as pq
 from prefect import flow, get_run_logger
 
 from tasks.core import paths
-from tasks.core.io import atomic_outputs, write_parquet
+from tasks.core.io import atomic_outputs
 from tasks.core.metrics import SegmentMetrics, write_metrics
 from tasks.core.params import load_params
+from tasks.core.shards import remove_work, run_shards, write_output
 from tasks.core.stage import run_stage
-from tasks.corpus.segment import add_words
+from tasks.corpus.segment import segment_step
 
 
 @flow(name="segment")
 def segment() -> None:
-    params = load_params().segment
-    corpus = pq.read_table(paths.CORPUS)
+    params = load_params()
+    step = segment_step(pq.read_schema(paths.CORPUS), hmm=params.segment.hmm, user_dict=params.segment.user_dict)
     start = time.perf_counter()
-    table = add_words(corpus, hmm=params.hmm, user_dict=params.user_dict, workers=params.workers)
+    run = run_shards(step, paths.CORPUS, paths.SEGMENTED, params.shards.rows, params.executor)
     wall = time.perf_counter() - start
-    chars = pc.sum(pc.utf8_length(corpus.column("text"))).as_py()
-    words = pc.sum(pc.list_value_length(table.column("words"))).as_py()
-    stats = {"sentences": table.num_rows, "characters": chars, "words": words, "mean_word_chars": chars / words,
-             "workers": params.workers, "wall_sec": round(wall, 2), "chars_per_sec": round(chars / wall)}
-    get_run_logger().info(f"segment: {stats}")
     with atomic_outputs(paths.SEGMENTED, paths.stage_metrics("segment")) as (out, metrics):
-        write_parquet(out, table)
+        sentences = write_output(run, step.schema, out)
+        chars = words = 0
+        for batch in pq.ParquetFile(out).iter_batches(batch_size=1 << 14, columns=["text", "words"]):
+            chars += pc.sum(pc.utf8_length(batch.column("text"))).as_py() or 0
+            words += pc.sum(pc.list_value_length(batch.column("words"))).as_py() or 0
+        stats = {"sentences": sentences, "characters": chars, "words": words, "mean_word_chars": chars / words,
+                 "workers": params.executor.workers, "shards": run.shards, "shards_run": run.processed,
+                 "wall_sec": round(wall, 2), "chars_per_sec": round(chars / wall)}
+        get_run_logger().info(f"segment: {stats}")
         write_metrics(metrics, SegmentMetrics(**stats))
+    remove_work(run)
 
 
 if __name__ == "__main__":

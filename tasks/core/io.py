@@ -87,9 +87,17 @@ def write_parquet(path: str | os.PathLike, table: pa.Table) -> None:
     Other schema metadata is kept: loaders store facts there that readers need
     (e.g. the label names of :func:`tasks.downstream.records.table_labels`).
     """
+    pq.write_table(parquet_table(table), path, **PARQUET_OPTIONS)
+
+
+# The fixed writer settings of every Parquet artifact (also the streaming writer of tasks/core/shards.py).
+PARQUET_OPTIONS = {"compression": "zstd", "use_dictionary": True, "write_statistics": True}
+
+
+def parquet_table(table: pa.Table) -> pa.Table:
+    """``table`` without pandas schema metadata, as :func:`write_parquet` stores it."""
     meta = {k: v for k, v in (table.schema.metadata or {}).items() if k != b"pandas"}
-    table = table.replace_schema_metadata(meta or None)
-    pq.write_table(table, path, compression="zstd", use_dictionary=True, write_statistics=True)
+    return table.replace_schema_metadata(meta or None)
 
 
 def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:

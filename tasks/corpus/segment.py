@@ -1,58 +1,45 @@
-"""Segment: jieba word segmentation of the corpus, on every core.
+"""Segment: jieba word segmentation of the corpus, shard by shard on every worker.
 
 Adds a ``words`` column (``list<string>``) to the sentence table: jieba's
 precise mode (``cut_all=False``), HMM for unknown words and a user dictionary as
 params. jieba keeps every character, so ``"".join(words) == text`` holds for
 every row, and a character's word is found from the cumulative word lengths;
-that is what whole word masking needs.
+that is what whole word masking needs. The stage runs :func:`segment_step` with
+:mod:`tasks.core.shards` (resumable, out of core, on any executor).
 """
 
 from __future__ import annotations
 
-import ctypes
+import json
 import logging
 import multiprocessing
 import os
-import signal
 from pathlib import Path
 
 import pyarrow as pa
 
 from tasks.core.errors import SourceError
-from tasks.core.stage import stage_task
+from tasks.core.io import sha256_file
+from tasks.core.shards import ShardedStep, die_with_parent
 
 _tokenizer = None
+_loaded = None  # the user dictionary _tokenizer was built with (a worker keeps it for every shard)
 _hmm = True
 
 
-def _die_with_parent(parent: int) -> None:
-    """Make this worker die with its parent. Forked workers inherit the parent's
-    SIGTERM handler (Prefect's raises an exception, which a pool worker reports
-    and survives), so restore the default; ask Linux to send SIGTERM when the
-    parent dies (even by SIGKILL); leave Ctrl-C to the parent, which then
-    terminates the pool."""
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):  # not Linux: the parent's pool.terminate() still applies
-        pass
-    if os.getppid() != parent:  # the parent died before prctl took effect
-        os._exit(1)
-
-
 def _init_worker(user_dict: str | None, hmm: bool, parent: int | None = None) -> None:
-    global _tokenizer, _hmm
+    global _tokenizer, _loaded, _hmm
     import jieba
 
     if parent is not None:
-        _die_with_parent(parent)
-
-    jieba.setLogLevel(logging.WARNING)
-    _tokenizer = jieba.Tokenizer()
-    _tokenizer.initialize()
-    if user_dict:
-        _tokenizer.load_userdict(user_dict)
+        die_with_parent(parent)
+    if _tokenizer is None or _loaded != user_dict:
+        jieba.setLogLevel(logging.WARNING)
+        tokenizer = jieba.Tokenizer()
+        tokenizer.initialize()
+        if user_dict:
+            tokenizer.load_userdict(user_dict)
+        _tokenizer, _loaded = tokenizer, user_dict
     _hmm = hmm
 
 
@@ -87,8 +74,25 @@ def segment_texts(texts: list[str], *, hmm: bool = True, user_dict: str | None =
         return [words for result in pool.map(_cut_chunk, chunks, chunksize=1) for words in result]
 
 
-@stage_task
-def add_words(table: pa.Table, **kwargs) -> pa.Table:
-    """The sentence table with a ``words`` column from :func:`segment_texts`."""
-    words = segment_texts(table.column("text").to_pylist(), **kwargs)
-    return table.append_column("words", pa.array(words, type=pa.list_(pa.string())))
+def segment_shard(rows: pa.Table, index: int, params: tuple[str | None, bool]) -> pa.Table:
+    """A shard of the sentence table with a ``words`` column (the sharded step of :func:`segment_step`;
+    ``params`` is ``(user_dict, hmm)``; ``index`` is unused: segmentation draws nothing at random)."""
+    user_dict, hmm = params
+    _init_worker(user_dict, hmm)
+    words = _cut_chunk(rows.column("text").to_pylist())
+    return rows.append_column("words", pa.array(words, type=pa.list_(pa.string())))
+
+
+def segment_step(corpus_schema: pa.Schema, *, hmm: bool, user_dict: str | None) -> ShardedStep:
+    """The ``segment`` stage's sharded step: the corpus schema plus ``words``.
+
+    Raises:
+        SourceError: the user dictionary is missing.
+    """
+    if user_dict and not Path(user_dict).is_file():
+        raise SourceError(f"segment.user_dict: {user_dict} does not exist")
+    # the dictionary's content, not only its path, decides the words
+    key = json.dumps({"hmm": hmm, "user_dict": user_dict,
+                      "user_dict_sha256": sha256_file(user_dict) if user_dict else None})
+    return ShardedStep(name="segment", fn=segment_shard, params=(user_dict, hmm), key=key,
+                       schema=corpus_schema.append(pa.field("words", pa.list_(pa.string()))))

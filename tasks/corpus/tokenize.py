@@ -13,18 +13,27 @@ the sentence).
 Corpus text never yields a special-token id: a literal ``[MASK]``, ``[SEP]``...
 in the text (a corpus about NLP has them) is word-pieced like any other text,
 ``[`` ``mask`` ``]``, by tokenizing with ``split_special_tokens=True``.
+
+The stage streams: the vocabulary is trained from an iterator over the segmented
+file, and the sentences are tokenized shard by shard by :func:`tokens_step` with
+:mod:`tasks.core.shards` (resumable, out of core, on any executor).
 """
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
+from typing import Iterable
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 from transformers import BertTokenizerFast, PreTrainedTokenizerBase
 
 from tasks.core.errors import SourceError
 from tasks.core.paths import source_file
+from tasks.core.shards import ShardedStep, iter_column
 from tasks.core.stage import stage_task
 from tasks.corpus.wordpiece import train_wordpiece, word_counts
 
@@ -49,8 +58,9 @@ def load_vocab_tokenizer(vocab_file: Path) -> BertTokenizerFast:
     return BertTokenizerFast(vocab=vocab, do_lower_case=True, tokenize_chinese_chars=True)
 
 
-def train_tokenizer(texts: list[str], vocab_size: int, min_frequency: int) -> BertTokenizerFast:
-    """A BERT tokenizer over a WordPiece vocabulary trained on ``texts``
+def train_tokenizer(texts: Iterable[str], vocab_size: int, min_frequency: int) -> BertTokenizerFast:
+    """A BERT tokenizer over a WordPiece vocabulary trained on ``texts`` (any iterable, read
+    once: memory holds the word counts, not the corpus)
     (:func:`tasks.corpus.wordpiece.train_wordpiece`, deterministic), special tokens first."""
     tokens = train_wordpiece(word_counts(texts), vocab_size, min_frequency, SPECIAL_TOKENS)
     return BertTokenizerFast(vocab={t: i for i, t in enumerate(tokens)}, do_lower_case=True,
@@ -92,34 +102,58 @@ def tokenize_words(tokenizer: PreTrainedTokenizerBase, texts: list[str], words: 
     return all_ids, all_words
 
 
-@stage_task
-def tokens_table(table: pa.Table, tokenizer: PreTrainedTokenizerBase) -> pa.Table:
-    """``doc_id, sent_id, input_ids, word_ids`` for a segmented sentence table."""
-    texts = table.column("text").to_pylist()
-    words = table.column("words").to_pylist()
-    ids, word_ids = tokenize_words(tokenizer, texts, words)
+def tokens_shard(rows: pa.Table, index: int, tokenizer: PreTrainedTokenizerBase) -> pa.Table:
+    """``doc_id, sent_id, input_ids, word_ids`` of a shard of the segmented sentence table
+    (the sharded step of :func:`tokens_step`; ``index`` is unused: nothing is drawn at random)."""
+    ids, word_ids = tokenize_words(tokenizer, rows.column("text").to_pylist(), rows.column("words").to_pylist())
     return pa.table({
-        "doc_id": table.column("doc_id"),
-        "sent_id": table.column("sent_id"),
+        "doc_id": rows.column("doc_id"),
+        "sent_id": rows.column("sent_id"),
         "input_ids": pa.array(ids, type=pa.list_(pa.int32())),
         "word_ids": pa.array(word_ids, type=pa.list_(pa.int32())),
     })
 
 
-def vocab_stats(tokenizer: PreTrainedTokenizerBase, ids: pa.ChunkedArray, n_chars: int) -> dict:
-    """[UNK] rate and tokens per character of a tokenized corpus."""
-    flat = np.asarray(ids.combine_chunks().flatten())
-    if flat.size == 0:
+def tokens_step(tokenizer: PreTrainedTokenizerBase, segmented_schema: pa.Schema) -> ShardedStep:
+    """The ``tokenize`` stage's sharded step over the segmented sentences (schema: module docstring)."""
+    schema = pa.schema([pa.field("doc_id", segmented_schema.field("doc_id").type),
+                        pa.field("sent_id", segmented_schema.field("sent_id").type),
+                        pa.field("input_ids", pa.list_(pa.int32())), pa.field("word_ids", pa.list_(pa.int32()))])
+    # the whole tokenizer (vocabulary, normaliser, options) decides the ids
+    key = hashlib.sha256(tokenizer.backend_tokenizer.to_str().encode()).hexdigest()
+    return ShardedStep(name="tokenize", fn=tokens_shard, params=tokenizer, key=key, schema=schema,
+                       columns=("doc_id", "sent_id", "text", "words"))
+
+
+def vocab_stats(tokenizer: PreTrainedTokenizerBase, tokens: str | Path, n_chars: int,
+                batch_rows: int = 1 << 14) -> dict:
+    """[UNK] rate and tokens per character of a tokenized corpus file, streaming over its ``input_ids``.
+
+    Raises:
+        SourceError: the file holds no token.
+    """
+    n_tokens = n_unk = 0
+    for batch in pq.ParquetFile(tokens).iter_batches(batch_size=batch_rows, columns=["input_ids"]):
+        flat = np.asarray(batch.column(0).flatten())
+        n_tokens += int(flat.size)
+        n_unk += int((flat == tokenizer.unk_token_id).sum())
+    if n_tokens == 0:
         raise SourceError("tokenizer produced no tokens for the corpus")
-    return {"vocab_size": len(tokenizer), "tokens": int(flat.size),
-            "unk_rate": float((flat == tokenizer.unk_token_id).mean()),
-            "tokens_per_char": float(flat.size / max(n_chars, 1))}
+    return {"vocab_size": len(tokenizer), "tokens": n_tokens, "unk_rate": n_unk / n_tokens,
+            "tokens_per_char": n_tokens / max(n_chars, 1)}
+
+
+def count_chars(path: str | Path, column: str = "text", batch_rows: int = 1 << 14) -> int:
+    """Characters (code points) of a text column of a Parquet file, streaming."""
+    return sum(pc.sum(pc.utf8_length(batch.column(0))).as_py() or 0
+               for batch in pq.ParquetFile(path).iter_batches(batch_size=batch_rows, columns=[column]))
 
 
 @stage_task
-def build_tokenizer(params, texts: list[str], raw_dir: Path) -> BertTokenizerFast:
-    """The tokenizer of the ``tokenizer`` params: WordPiece trained on ``texts``
-    (``vocab: train``), or the ``vocab.txt`` of the acquired source ``vocab`` under ``raw_dir``."""
+def build_tokenizer(params, segmented: Path, raw_dir: Path) -> BertTokenizerFast:
+    """The tokenizer of the ``tokenizer`` params: WordPiece trained on the ``text`` column of
+    the Parquet file ``segmented``, streamed (``vocab: train``), or the ``vocab.txt`` of the
+    acquired source ``vocab`` under ``raw_dir``."""
     if params.vocab == "train":
-        return train_tokenizer(texts, params.train_vocab_size, params.train_min_frequency)
+        return train_tokenizer(iter_column(segmented, "text"), params.train_vocab_size, params.train_min_frequency)
     return load_vocab_tokenizer(source_file(raw_dir, params.vocab, "vocab.txt"))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tasks.core.metrics.base import Metrics, Record
+from tasks.core.metrics.base import Metrics, Record, absent
 
 
 class LanguageCounts(Record):
@@ -43,7 +43,11 @@ class SegmentMetrics(Metrics):
     mean_word_chars: float
     """Characters per word."""
     workers: int
-    """Processes that segmented."""
+    """Workers of the executor that segmented (``executor.workers``; the output does not depend on it)."""
+    shards: int = absent()
+    """Shards of ``shards.rows`` sentences (tasks/core/shards.py)."""
+    shards_run: int = absent()
+    """Shards this run processed; the others were finished by an earlier, killed run."""
     wall_sec: float
     """Wall-clock seconds of the segmentation (2 decimals)."""
     chars_per_sec: int
@@ -59,6 +63,10 @@ class TokenizeMetrics(Metrics):
     unk_rate: float
     """Share of the corpus tokens that are [UNK] (a fraction, 0-1)."""
     tokens_per_char: float
+    shards: int = absent()
+    """Shards of ``shards.rows`` sentences (tasks/core/shards.py)."""
+    shards_run: int = absent()
+    """Shards this run processed; the others were finished by an earlier, killed run."""
 
 
 class SimilarWordsMetrics(Metrics):

@@ -83,7 +83,6 @@ class Corpus(_Strict):
 class Segment(_Strict):
     hmm: bool
     user_dict: str | None = None
-    workers: int = Field(ge=1)
 
 
 class Tokenizer(_Strict):
