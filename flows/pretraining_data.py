@@ -1,8 +1,12 @@
 """Stage ``pretraining_data@<objective>``: pack the tokenized corpus into sequences, pair
 segments for NSP/SOP, and mask them with the objective's scheme (static: ``dupe_factor``
-masked copies; dynamic: the sequences, masked later at batch time)."""
+masked copies; dynamic: the sequences, masked later at batch time), into memory-mappable
+Arrow IPC shards. The corpus streams through by record batches; the packed rows wait in a
+scratch folder on disk, so memory holds a few shards, never the corpus."""
 
 import sys
+import tempfile
+from pathlib import Path
 
 import pyarrow.parquet as pq
 from prefect import flow, get_run_logger
@@ -26,21 +30,25 @@ def pretraining_data(objective: str) -> None:
     masking = masking_config(spec, cfg)
     tokenizer = AutoTokenizer.from_pretrained(paths.TOKENIZER)
     lexicon = pq.read_table(paths.LEXICON) if masking.similar else None
-    words = pq.read_table(paths.SEGMENTED, columns=["words"]).column("words") if lexicon is not None else None
-    packed = pack_corpus(pq.read_table(paths.TOKENS), cfg.max_seq_length, tokenizer.cls_token_id,
-                         tokenizer.sep_token_id, reserve=1 if spec.sentence_task else 0, words=words, lexicon=lexicon)
     stats = {"objective": objective}
-    if spec.sentence_task:
-        packed, pair_stats = sentence_pairs(packed, spec.sentence_task, named_rng(params.seed, f"{objective}/pairs"),
-                                            tokenizer.cls_token_id, tokenizer.sep_token_id)
-        stats.update(sentence_task=spec.sentence_task, **pair_stats)
-    similar = similar_words_from_table(lexicon) if lexicon is not None else None
+    paths.PRETRAINING.mkdir(parents=True, exist_ok=True)
+    # packed rows spill to a scratch folder beside the output (same disk), not to memory
     with atomic_outputs(paths.PRETRAINING / objective,
-                        paths.stage_metrics("pretraining_data", objective)) as (out, metrics):
+                        paths.stage_metrics("pretraining_data", objective)) as (out, metrics), \
+            tempfile.TemporaryDirectory(prefix=f".{objective}.packed-", dir=paths.PRETRAINING) as scratch:
+        packed = pack_corpus(paths.TOKENS, Path(scratch) / "packed", cfg.max_seq_length, tokenizer.cls_token_id,
+                             tokenizer.sep_token_id, reserve=1 if spec.sentence_task else 0,
+                             words=paths.SEGMENTED if lexicon is not None else None, lexicon=lexicon)
+        if spec.sentence_task:
+            packed, pair_stats = sentence_pairs(packed, spec.sentence_task, named_rng(params.seed, f"{objective}/pairs"),
+                                                tokenizer.cls_token_id, tokenizer.sep_token_id,
+                                                out=Path(scratch) / "pairs")
+            stats.update(sentence_task=spec.sentence_task, **pair_stats)
+        similar = similar_words_from_table(lexicon) if lexicon is not None else None
         stats.update(write_shards(
             packed, masking, out, objective=objective, seed=params.seed, dynamic=spec.dynamic,
             dupe_factor=cfg.dupe_factor, shard_size=cfg.shard_size, mask_token_id=tokenizer.mask_token_id,
-            random_token_ids=random_token_ids(tokenizer), similar=similar, workers=cfg.workers))
+            random_token_ids=random_token_ids(tokenizer), similar=similar, workers=params.executor.workers))
         get_run_logger().info(f"{objective}: {stats}")
         write_metrics(metrics, PretrainingDataMetrics(**stats))
 

@@ -1,5 +1,7 @@
 """Packing never crosses documents and keeps words; NSP/SOP pairs follow their rules; shards
-are deterministic and decode back; dynamic shards keep what batch-time masking needs."""
+are deterministic and decode back; dynamic shards keep what batch-time masking needs; packing
+by stream, pairing and writing from the on-disk store, and reading shards memory-mapped give
+what the same steps give in memory."""
 
 import re
 
@@ -8,9 +10,14 @@ import pytest
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+import torch
+
 from tasks.core.errors import SourceError
+from tasks.corpus.similar_words import lexicon_ids
 from tasks.pretraining.masking import MaskingConfig
-from tasks.pretraining.pretraining_data import pack_documents, read_shards, sentence_pairs, write_shards
+from tasks.pretraining.pretrain import DynamicMasker, PretrainingExamples
+from tasks.pretraining.pretraining_data import (Packed, PackedStore, pack_corpus, pack_documents, read_shards,
+                                                sentence_pairs, write_arrow, write_shards)
 
 CLS, SEP, MASK = 101, 102, 103
 
@@ -87,7 +94,8 @@ def test_shards_are_deterministic_and_decode(tmp_path):
     # the two copies are masked differently
     assert table.column("masked_positions")[0] != table.column("masked_positions")[len(packed.lengths)] or \
         table.column("input_ids")[0] != table.column("input_ids")[len(packed.lengths)]
-    assert pq.read_metadata(files_a[0]).num_rows == 50
+    assert pa.ipc.open_file(files_a[0]).num_record_batches == 1 and read_shards(tmp_path / "a").num_rows == 2 * len(packed)
+    assert pa.ipc.open_file(files_a[0]).get_batch(0).num_rows == 50
 
 
 def pairs(task, n_docs=300, seed=0):
@@ -163,15 +171,128 @@ def test_truncated_shard_is_a_source_error_naming_it(tmp_path):
     write_shards.fn(packed, MaskingConfig(scheme="wwm"), tmp_path, objective="d", seed=0, dynamic=True,
                  dupe_factor=1, shard_size=20, mask_token_id=MASK,
                  random_token_ids=np.arange(1000, 2000, dtype=np.int32))
-    shard = sorted(tmp_path.glob("shard-*.parquet"))[1]
+    shard = sorted(tmp_path.glob("shard-*.arrow"))[1]
     shard.write_bytes(shard.read_bytes()[:-100])
     with pytest.raises(SourceError, match=rf"^{re.escape(str(shard))}: unreadable pretraining data shard \(.+\); rerun"):
         read_shards(tmp_path)
 
 
 def test_shards_with_different_columns_are_a_source_error(tmp_path):
-    pq.write_table(pa.table({"input_ids": [[1, 2]], "word_ids": [[0, 0]]}), tmp_path / "shard-00000.parquet")
-    pq.write_table(pa.table({"input_ids": [[1, 2]]}), tmp_path / "shard-00001.parquet")
+    write_arrow(tmp_path / "shard-00000.arrow", pa.table({"input_ids": [[1, 2]], "word_ids": [[0, 0]]}))
+    write_arrow(tmp_path / "shard-00001.arrow", pa.table({"input_ids": [[1, 2]]}))
     with pytest.raises(SourceError,
-                       match=r"shard-00001.parquet: columns \(input_ids: [^,]*\) differ from those of shard-00000"):
+                       match=r"shard-00001.arrow: columns \(input_ids: [^,]*\) differ from those of shard-00000"):
         read_shards(tmp_path)
+
+
+def test_parquet_shards_of_the_former_format_ask_for_a_rerun(tmp_path):
+    pq.write_table(pa.table({"input_ids": [[1, 2]], "word_ids": [[0, 0]]}), tmp_path / "shard-00000.parquet")
+    with pytest.raises(SourceError, match=rf"^{re.escape(str(tmp_path))}: holds Parquet shards of an older format.*"
+                                          r"rerun the pretraining_data stage$"):
+        read_shards(tmp_path)
+
+
+def tokens_file(path, doc_ids, ids, words):
+    """A tokenized corpus (stage ``tokenize``'s columns) and its segmented words (one string per word)."""
+    pq.write_table(pa.table({"doc_id": doc_ids, "input_ids": pa.array([x.tolist() for x in ids], pa.list_(pa.int32())),
+                             "word_ids": pa.array([w.tolist() for w in words], pa.list_(pa.int32()))}),
+                   path / "tokens.parquet", row_group_size=50)
+    segmented = [[f"w{(d * 7 + k) % 40}" for k in range(int(w.max()) + 1)] for d, w in enumerate(words)]
+    pq.write_table(pa.table({"words": segmented}), path / "segmented.parquet", row_group_size=17)
+    return path / "tokens.parquet", path / "segmented.parquet"
+
+
+def assert_same_rows(a: Packed, b: Packed):
+    assert len(a) == len(b)
+    for f in Packed.__dataclass_fields__:
+        x, y = getattr(a, f), getattr(b, f)
+        assert x.dtype == y.dtype and np.array_equal(x, y), f
+
+
+@pytest.mark.parametrize("batch_rows", [3, 1000])
+def test_packing_a_stream_of_record_batches_equals_packing_the_whole_table(tmp_path, batch_rows):
+    """3 sentences a batch: documents (and sequences) cross batch boundaries; the words file's
+    row groups (17) are cut differently from the tokens' batches."""
+    doc_ids, ids, words = sentences(60)
+    tokens, segmented = tokens_file(tmp_path, doc_ids, ids, words)
+    lexicon = pa.table({"word": [f"w{k}" for k in range(0, 40, 3)]})
+    whole_lex = lexicon_ids(pq.read_table(segmented).column("words"), pq.read_table(tokens).column("word_ids"), lexicon)
+    for reserve in (0, 1):
+        expected = pack_documents(doc_ids, ids, words, 32, CLS, SEP, lex_ids=whole_lex, reserve=reserve)
+        store = pack_corpus.fn(tokens, tmp_path / f"store{reserve}", 32, CLS, SEP, reserve=reserve, words=segmented,
+                               lexicon=lexicon, batch_rows=batch_rows)
+        assert_same_rows(store.rows(slice(None)), expected)
+        assert (expected.lex_ids >= 0).any() and (expected.documents[-1] == 59)
+        assert_same_rows(store.rows(np.array([5, 2, 40])), expected.rows(np.array([5, 2, 40])))
+
+
+def test_words_file_shorter_than_the_tokens_is_a_source_error(tmp_path):
+    doc_ids, ids, words = sentences(20)
+    tokens, segmented = tokens_file(tmp_path, doc_ids, ids, words)
+    pq.write_table(pq.read_table(segmented).slice(0, 5), tmp_path / "short.parquet")
+    with pytest.raises(SourceError, match=r"short.parquet: fewer sentences than the tokenized corpus"):
+        pack_corpus.fn(tokens, tmp_path / "store", 32, CLS, SEP, words=tmp_path / "short.parquet",
+                       lexicon=pa.table({"word": ["w0"]}), batch_rows=4)
+
+
+@pytest.mark.parametrize("task", ["nsp", "sop"])
+def test_pairs_from_the_store_in_chunks_equal_pairs_in_memory(tmp_path, task):
+    doc_ids, ids, words = sentences(120)
+    packed = pack_documents(doc_ids, ids, words, 64, CLS, SEP, reserve=1)
+    store = PackedStore(tmp_path / "packed", 64)
+    for start in range(0, len(packed), 100):
+        store.append(packed.rows(slice(start, start + 100)))
+    expected, expected_stats = sentence_pairs(packed, task, np.random.default_rng(4), CLS, SEP)
+    pairs, stats = sentence_pairs(store, task, np.random.default_rng(4), CLS, SEP, out=tmp_path / "pairs",
+                                  chunk_rows=7)
+    assert isinstance(pairs, PackedStore) and stats == expected_stats
+    assert_same_rows(pairs.rows(slice(None)), expected)
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_shards_from_the_store_equal_shards_from_memory(tmp_path, dynamic):
+    doc_ids, ids, words = sentences(80)
+    packed, pairs, _ = pairs_of(doc_ids, ids, words)
+    store = PackedStore(tmp_path / "packed", 64)
+    store.append(pairs)
+    kwargs = dict(objective="x", seed=1, dupe_factor=2, shard_size=30, mask_token_id=MASK, dynamic=dynamic,
+                  random_token_ids=np.arange(1000, 2000, dtype=np.int32))
+    a = write_shards.fn(pairs, MaskingConfig(scheme="wwm"), tmp_path / "a", workers=1, **kwargs)
+    b = write_shards.fn(store, MaskingConfig(scheme="wwm"), tmp_path / "b", workers=2, **kwargs)
+    assert a == b
+    files = sorted((tmp_path / "a").iterdir())
+    assert [f.name for f in files] == [f.name for f in sorted((tmp_path / "b").iterdir())]
+    assert all(f.read_bytes() == (tmp_path / "b" / f.name).read_bytes() for f in files)
+
+
+def pairs_of(doc_ids, ids, words):
+    packed = pack_documents(doc_ids, ids, words, 64, CLS, SEP, reserve=1)
+    return packed, *sentence_pairs(packed, "nsp", np.random.default_rng(0), CLS, SEP)
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_memory_mapped_examples_give_the_batches_of_the_table_in_memory(tmp_path, dynamic):
+    """Shards read memory-mapped (one chunk per shard, batches across chunk boundaries) give
+    exactly the batches of the same rows as one in-memory table (one chunk)."""
+    doc_ids, ids, words = sentences(150)
+    _, pairs, _ = pairs_of(doc_ids, ids, words)
+    write_shards.fn(pairs, MaskingConfig(scheme="wwm"), tmp_path, objective="x", seed=2, dynamic=dynamic,
+                    dupe_factor=2, shard_size=37, mask_token_id=MASK,
+                    random_token_ids=np.arange(1000, 2000, dtype=np.int32))
+    mapped = read_shards(tmp_path)
+    in_memory = pa.Table.from_pylist(mapped.to_pylist(), schema=mapped.schema)
+    assert mapped.column("input_ids").num_chunks > 3 and in_memory.column("input_ids").num_chunks == 1
+    masker = (DynamicMasker(MaskingConfig(scheme="wwm"), 2, "x", MASK, np.arange(1000, 2000, dtype=np.int32))
+              if dynamic else None)
+    a, b = PretrainingExamples.from_table(mapped, masker), PretrainingExamples.from_table(in_memory, masker)
+    assert len(a) == len(b) == mapped.num_rows and np.array_equal(a.lengths, b.lengths)
+    assert len(a.ids) == mapped.column("input_ids").num_chunks
+    # zero-copy: the token ids of each chunk are a view of the mapped file, not a copy
+    assert all(not v.flags.owndata for v in a.ids)
+    rng = np.random.default_rng(0)
+    for step, index in enumerate([np.array([0, 36, 37, len(a) - 1, 74]), *rng.integers(0, len(a), (20, 8))]):
+        x, y = a.batch(index, step), b.batch(index, step)
+        assert x.keys() == y.keys() and "sentence_labels" in x
+        assert all(x[k].dtype == torch.int64 and torch.equal(x[k], y[k]) for k in x)
+    with pytest.raises(IndexError):
+        a.batch(np.array([len(a)]))

@@ -12,7 +12,19 @@ with their word (and lexicon) ids, and :func:`tasks.pretraining.masking.mask_bat
 function, masks each batch when it is drawn (:mod:`tasks.pretraining.pretrain`).
 :func:`pack_corpus` and :func:`write_shards` are the Prefect tasks of stage ``pretraining_data``.
 
-Shard columns (``data/pretraining/<objective>/shard-NNNNN.parquet``):
+Out of core: :func:`pack_corpus` streams the tokenized corpus by Parquet record
+batches (the open sequence and document carry across batches, so the rows are
+those of packing the whole table at once) and spills the packed rows to a
+:class:`PackedStore` on disk; :func:`sentence_pairs` and :func:`write_shards` read it
+a chunk (a shard) at a time, so peak memory depends on the shard size, not on
+the corpus size. NSP draws segment B from a uniformly chosen row of the whole
+corpus: that row is read from the store, not from memory.
+
+Shards (``data/pretraining/<objective>/shard-NNNNN.arrow``) are uncompressed Arrow IPC
+files of one record batch, so that training memory-maps them and reads the
+rows of a batch in place (:func:`read_shards`; the layout of Megatron-LM's
+memory-mapped indexed datasets, in a standard format). Shard ``copy * S + s`` is
+copy ``copy`` of the ``s``-th slice of ``shard_size`` rows (``S`` slices); columns:
 
 ================  ==============  =====================================================
 column            type            meaning
@@ -33,20 +45,22 @@ from __future__ import annotations
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tasks.core.errors import SourceError
-from tasks.core.io import write_parquet
 from tasks.core.params import Objective, PretrainingData
 from tasks.core.rng import named_rng
 from tasks.core.stage import stage_task
 from tasks.corpus.similar_words import SimilarWords, lexicon_ids
 from tasks.pretraining.masking import MaskingConfig, mask_batch
+from tasks.training.batching import ragged
 
 SENTENCE_TASKS = ("nsp", "sop")
+BATCH_ROWS = 8192  # sentences per record batch read, and rows per chunk of the pairing pass (memory only)
 
 
 @dataclass
@@ -80,6 +94,74 @@ class Packed:
     def rows(self, index) -> "Packed":
         return Packed(*(getattr(self, f)[index] for f in self.__dataclass_fields__))
 
+    def column(self, name: str) -> np.ndarray:
+        """A ``[N]`` field (the :class:`PackedStore` interface)."""
+        return getattr(self, name)
+
+    @staticmethod
+    def concat(parts: list["Packed"], width: int) -> "Packed":
+        """The rows of ``parts`` in order (an empty ``[0, width]`` Packed for none)."""
+        if not parts:
+            return _assemble([], width, 0, 0)
+        return Packed(*(np.concatenate([getattr(p, f) for p in parts]) for f in Packed.__dataclass_fields__))
+
+
+_DTYPES = {"input_ids": np.int32, "word_ids": np.int32, "lengths": np.int32, "lex_ids": np.int32,
+           "piece_start": np.bool_, "documents": np.int32, "segment_b": np.int32, "sentence_labels": np.int8}
+_ROW_FIELDS = ("lengths", "documents", "segment_b", "sentence_labels")  # [N]; the others are [N, L]
+
+
+class PackedStore:
+    """:class:`Packed` rows spilled to disk: one raw native-endian file per field (``<field>.bin``,
+    row-major, the layout of ``np.memmap``), appended chunk by chunk, read back by row.
+
+    The stage's intermediate for corpora larger than memory, after the ``.bin`` data
+    files of Megatron-LM's indexed datasets. Rows are padded to ``width`` (packed rows
+    are nearly full, so padding costs little disk). Each read maps the files only while
+    it copies the rows asked for, so the pages read leave the resident set afterwards.
+    Picklable (a folder and two ints), so worker processes read their own shard.
+
+    Args:
+        folder: created (emptied of earlier fields) by the constructor.
+        width: ``L``, the padded row length (``max_seq_length``).
+    """
+
+    def __init__(self, folder: Path, width: int):
+        self.folder, self.width, self.n = Path(folder), width, 0
+        self.folder.mkdir(parents=True, exist_ok=True)
+        for name in _DTYPES:
+            self._file(name).write_bytes(b"")
+
+    def _file(self, name: str) -> Path:
+        return self.folder / f"{name}.bin"
+
+    def __len__(self) -> int:
+        return self.n
+
+    def append(self, rows: Packed) -> None:
+        """Append rows (``[n, width]`` and ``[n]`` fields)."""
+        for name, dtype in _DTYPES.items():
+            with open(self._file(name), "ab") as f:
+                np.ascontiguousarray(getattr(rows, name), dtype=dtype).tofile(f)
+        self.n += len(rows)
+
+    def _read(self, name: str, index) -> np.ndarray:
+        shape = (self.n,) if name in _ROW_FIELDS else (self.n, self.width)
+        if self.n == 0:
+            return np.zeros(shape, dtype=_DTYPES[name])[index]
+        mapped = np.memmap(self._file(name), dtype=_DTYPES[name], mode="r", shape=shape)
+        return np.array(mapped[index])  # a copy; the map is dropped on return
+
+    def rows(self, index: slice | np.ndarray) -> Packed:
+        """The rows ``index`` (a slice or ``int [k]`` positions) in memory."""
+        return Packed(**{name: self._read(name, index) for name in _DTYPES})
+
+    def column(self, name: str) -> np.ndarray:
+        """A whole ``[N]`` field in memory (1-4 bytes a row), e.g. ``lengths``."""
+        if name not in _ROW_FIELDS:
+            raise ValueError(f"{name} is a [N, L] field; read it by rows")
+        return self._read(name, slice(None))
+
 
 def masking_config(objective: Objective, data: PretrainingData) -> MaskingConfig:
     """The :class:`tasks.pretraining.masking.MaskingConfig` of an objective under the data params."""
@@ -96,53 +178,13 @@ def _dense(word_ids: np.ndarray) -> np.ndarray:
     return np.concatenate([[0], np.cumsum(np.diff(word_ids) != 0)]).astype(np.int32)
 
 
-def pack_documents(doc_ids: list[str], input_ids: list[np.ndarray], word_ids: list[np.ndarray],
-                   max_seq_length: int, cls_id: int, sep_id: int, lex_ids: list[np.ndarray] | None = None,
-                   reserve: int = 0) -> Packed:
-    """Greedily pack consecutive sentences of each document into sequences.
-
-    Args:
-        doc_ids: document of each sentence; sentences of a document are contiguous.
-        input_ids: token ids of each sentence (no special tokens).
-        word_ids: word index of each token of each sentence.
-        max_seq_length: sequence length including [CLS] and [SEP].
-        lex_ids: similar-word lexicon entry of each token (optional).
-        reserve: tokens to leave free (1 for the middle [SEP] of a sentence pair).
-    Returns:
-        :class:`Packed`.
-    """
-    room = max_seq_length - 2 - reserve
-    seqs: list[tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray], int]] = []
-    cur_ids, cur_words, cur_lex = [], [], []
-    cur_len, next_word, prev_doc, n_docs = 0, 0, None, -1
-
-    def flush() -> None:
-        nonlocal cur_ids, cur_words, cur_lex, cur_len, next_word
-        if cur_len:
-            seqs.append((cur_ids, cur_words, cur_lex, n_docs))
-        cur_ids, cur_words, cur_lex, cur_len, next_word = [], [], [], 0, 0
-
-    lex_ids = lex_ids if lex_ids is not None else [np.full(len(x), -1, dtype=np.int32) for x in input_ids]
-    for doc, ids, words, lex in zip(doc_ids, input_ids, word_ids, lex_ids):
-        if doc != prev_doc:
-            flush()
-            prev_doc, n_docs = doc, n_docs + 1
-        for start in range(0, len(ids), room):  # a sentence longer than a sequence is cut
-            piece, piece_words = ids[start:start + room], _dense(words[start:start + room])
-            if cur_len + len(piece) > room:
-                flush()
-            cur_ids.append(piece)
-            cur_words.append(piece_words + next_word)
-            cur_lex.append(lex[start:start + room])
-            cur_len += len(piece)
-            next_word += int(piece_words[-1]) + 1 if len(piece_words) else 0
-    flush()
-
+def _assemble(seqs: list, width: int, cls_id: int, sep_id: int) -> Packed:
+    """Padded :class:`Packed` rows of sequences ``(pieces, piece_words, piece_lex, document)``."""
     n = len(seqs)
-    out_ids = np.zeros((n, max_seq_length), dtype=np.int32)
-    out_words = np.full((n, max_seq_length), -1, dtype=np.int32)
-    out_lex = np.full((n, max_seq_length), -1, dtype=np.int32)
-    piece_start = np.zeros((n, max_seq_length), dtype=bool)
+    out_ids = np.zeros((n, width), dtype=np.int32)
+    out_words = np.full((n, width), -1, dtype=np.int32)
+    out_lex = np.full((n, width), -1, dtype=np.int32)
+    piece_start = np.zeros((n, width), dtype=bool)
     lengths = np.zeros(n, dtype=np.int32)
     documents = np.zeros(n, dtype=np.int32)
     for r, (pieces, piece_words, piece_lex, doc) in enumerate(seqs):
@@ -157,21 +199,152 @@ def pack_documents(doc_ids: list[str], input_ids: list[np.ndarray], word_ids: li
                   segment_b=np.zeros(n, dtype=np.int32), sentence_labels=np.full(n, -1, dtype=np.int8))
 
 
+class Packer:
+    """Greedy packing of consecutive sentences of each document into sequences, fed a
+    stream of sentences: the open sequence (and the open document) carry from one
+    :meth:`feed` to the next, so the rows do not depend on how the stream is cut.
+
+    Args:
+        max_seq_length: sequence length including [CLS] and [SEP].
+        reserve: tokens to leave free (1 for the middle [SEP] of a sentence pair).
+    """
+
+    def __init__(self, max_seq_length: int, cls_id: int, sep_id: int, reserve: int = 0):
+        self.width, self.cls_id, self.sep_id = max_seq_length, cls_id, sep_id
+        self.room = max_seq_length - 2 - reserve
+        self._ids, self._words, self._lex, self._len, self._next_word = [], [], [], 0, 0
+        self._doc, self._n_docs = None, -1
+        self._done: list = []
+
+    def _flush(self) -> None:
+        if self._len:
+            self._done.append((self._ids, self._words, self._lex, self._n_docs))
+        self._ids, self._words, self._lex, self._len, self._next_word = [], [], [], 0, 0
+
+    def _take(self) -> Packed:
+        done, self._done = self._done, []
+        return _assemble(done, self.width, self.cls_id, self.sep_id)
+
+    def feed(self, doc_ids: list[str], input_ids: list[np.ndarray], word_ids: list[np.ndarray],
+             lex_ids: list[np.ndarray] | None = None) -> Packed:
+        """Pack more sentences; returns the rows completed by them (the last one stays open).
+
+        Args:
+            doc_ids: document of each sentence; sentences of a document are contiguous.
+            input_ids: ``int32`` token ids of each sentence (no special tokens).
+            word_ids: ``int32`` word index of each token of each sentence.
+            lex_ids: ``int32`` similar-word lexicon entry of each token (optional, else -1).
+        """
+        room = self.room
+        lex_ids = lex_ids if lex_ids is not None else [np.full(len(x), -1, dtype=np.int32) for x in input_ids]
+        for doc, ids, words, lex in zip(doc_ids, input_ids, word_ids, lex_ids):
+            if doc != self._doc:
+                self._flush()
+                self._doc, self._n_docs = doc, self._n_docs + 1
+            for start in range(0, len(ids), room):  # a sentence longer than a sequence is cut
+                piece, piece_words = ids[start:start + room], _dense(words[start:start + room])
+                if self._len + len(piece) > room:
+                    self._flush()
+                self._ids.append(piece)
+                self._words.append(piece_words + self._next_word)
+                self._lex.append(lex[start:start + room])
+                self._len += len(piece)
+                self._next_word += int(piece_words[-1]) + 1 if len(piece_words) else 0
+        return self._take()
+
+    def finish(self) -> Packed:
+        """The last, open row (if any)."""
+        self._flush()
+        return self._take()
+
+
+def pack_documents(doc_ids: list[str], input_ids: list[np.ndarray], word_ids: list[np.ndarray],
+                   max_seq_length: int, cls_id: int, sep_id: int, lex_ids: list[np.ndarray] | None = None,
+                   reserve: int = 0) -> Packed:
+    """:class:`Packer` of sentences held in memory, all at once (arguments as :meth:`Packer.feed`).
+
+    Returns:
+        :class:`Packed`.
+    """
+    packer = Packer(max_seq_length, cls_id, sep_id, reserve=reserve)
+    return Packed.concat([packer.feed(doc_ids, input_ids, word_ids, lex_ids), packer.finish()], max_seq_length)
+
+
+class _Aligned:
+    """One column of a second Parquet file, served in the row counts of the first's batches."""
+
+    def __init__(self, path: Path, column: str, batch_rows: int):
+        self.path = path
+        self._batches = pq.ParquetFile(path).iter_batches(batch_size=batch_rows, columns=[column])
+        self._rest: pa.Array | None = None
+
+    def take(self, n: int) -> pa.Array:
+        parts = [self._rest] if self._rest is not None else []
+        have = sum(len(p) for p in parts)
+        while have < n:
+            batch = next(self._batches, None)
+            if batch is None:
+                raise SourceError(f"{self.path}: fewer sentences than the tokenized corpus; rerun its stage")
+            parts.append(batch.column(0))
+            have += batch.num_rows
+        merged = pa.concat_arrays(parts)
+        self._rest = merged.slice(n)
+        return pa.concat_arrays([merged.slice(0, n)])  # unsliced (offsets from 0) for lexicon_ids
+
+
+def _sentences(column: pa.Array) -> list[np.ndarray]:
+    """The ``int32`` arrays of a ``list<int32>`` column (views, no Python list of ints)."""
+    values, offsets = ragged(column)
+    return np.split(values.astype(np.int32, copy=False), offsets[1:-1]) if len(column) else []
+
+
+def pack_stream(tokens: Path, max_seq_length: int, cls_id: int, sep_id: int, *, reserve: int = 0,
+                words: Path | None = None, lexicon: pa.Table | None = None,
+                batch_rows: int = BATCH_ROWS) -> Iterator[Packed]:
+    """The packed rows of a tokenized corpus, chunk by chunk (one chunk per record batch of
+    ``batch_rows`` sentences, then the last open row).
+
+    Args:
+        tokens: Parquet file with ``doc_id``, ``input_ids``, ``word_ids`` (stage ``tokenize``).
+        words: Parquet file with ``words``, the same sentences in the same order (stage
+            ``segment``), with ``lexicon``: each token's lexicon entry is packed too.
+    Raises:
+        SourceError: ``words`` holds fewer sentences than ``tokens``.
+    """
+    packer = Packer(max_seq_length, cls_id, sep_id, reserve=reserve)
+    aligned = _Aligned(words, "words", batch_rows) if lexicon is not None else None
+    for batch in pq.ParquetFile(tokens).iter_batches(batch_size=batch_rows,
+                                                     columns=["doc_id", "input_ids", "word_ids"]):
+        word_ids = batch.column("word_ids")
+        lex = (lexicon_ids(pa.chunked_array([aligned.take(batch.num_rows)]), pa.chunked_array([word_ids]), lexicon)
+               if aligned is not None else None)
+        yield packer.feed(batch.column("doc_id").to_pylist(), _sentences(batch.column("input_ids")),
+                          _sentences(word_ids), lex_ids=lex)
+    yield packer.finish()
+
+
 @stage_task
-def pack_corpus(tokens: pa.Table, max_seq_length: int, cls_id: int, sep_id: int, *, reserve: int = 0,
-                words: pa.ChunkedArray | None = None, lexicon: pa.Table | None = None) -> Packed:
-    """:func:`pack_documents` of the tokenized corpus (columns ``doc_id``, ``input_ids``,
-    ``word_ids``); with the segmented corpus' ``words`` (the same sentences in the same order)
-    and the similar-words ``lexicon``, each token's lexicon entry too."""
-    ids = [np.asarray(x, dtype=np.int32) for x in tokens.column("input_ids").to_pylist()]
-    word_ids = [np.asarray(x, dtype=np.int32) for x in tokens.column("word_ids").to_pylist()]
-    lex = lexicon_ids(words, tokens.column("word_ids"), lexicon) if lexicon is not None else None
-    return pack_documents(tokens.column("doc_id").to_pylist(), ids, word_ids, max_seq_length, cls_id, sep_id,
-                          lex_ids=lex, reserve=reserve)
+def pack_corpus(tokens: Path, out: Path, max_seq_length: int, cls_id: int, sep_id: int, *, reserve: int = 0,
+                words: Path | None = None, lexicon: pa.Table | None = None,
+                batch_rows: int = BATCH_ROWS) -> PackedStore:
+    """:func:`pack_stream` of the tokenized corpus, spilled to a :class:`PackedStore` in ``out``
+    (a scratch folder the caller deletes); memory holds one record batch at a time."""
+    store = PackedStore(out, max_seq_length)
+    for chunk in pack_stream(tokens, max_seq_length, cls_id, sep_id, reserve=reserve, words=words,
+                             lexicon=lexicon, batch_rows=batch_rows):
+        store.append(chunk)
+    return store
 
 
-def sentence_pairs(packed: Packed, task: str, rng: np.random.Generator, cls_id: int,
-                   sep_id: int) -> tuple[Packed, dict]:
+def _word_starts(word_ids: np.ndarray) -> np.ndarray:
+    """``bool [n, L]``: the token starts a word (not [CLS], [SEP] or padding)."""
+    out = np.zeros(word_ids.shape, dtype=bool)
+    out[:, 1:] = (word_ids[:, 1:] != word_ids[:, :-1]) & (word_ids[:, 1:] >= 0)
+    return out
+
+
+def sentence_pairs(packed: Packed | PackedStore, task: str, rng: np.random.Generator, cls_id: int, sep_id: int,
+                   out: Path | None = None, chunk_rows: int = BATCH_ROWS) -> tuple[Packed | PackedStore, dict]:
     """Turn each packed sequence into a segment pair ``[CLS] A [SEP] B [SEP]`` with an NSP or SOP label.
 
     The body of a row is cut in two at a uniformly chosen sentence boundary, or,
@@ -185,76 +358,101 @@ def sentence_pairs(packed: Packed, task: str, rng: np.random.Generator, cls_id: 
     * ``sop`` (ALBERT, Lan et al. 2020, §3.1 "inter-sentence coherence loss"): A and
       B are swapped; label 1 (swapped), else 0 (in order).
 
+    Two passes over ``chunk_rows`` rows at a time: the cuts (one draw per cuttable
+    row, in row order; kept as ``int32 [N]``), then, after the labels of all kept
+    rows (``int8 [n]``), the pairs with their NSP partners; a partner row is read
+    from ``packed`` wherever it lies. The draws are those of one pass over the whole
+    corpus in memory; memory holds ``[N]`` arrays of 17 bytes a row and two chunks.
+
     Args:
-        packed: rows packed with ``reserve=1`` (room for the middle [SEP]).
+        packed: rows packed with ``reserve=1`` (room for the middle [SEP]), in memory
+            or in a :class:`PackedStore`.
         task: ``"nsp"`` or ``"sop"``.
+        out: folder of the :class:`PackedStore` of the pairs; None: the pairs in memory.
     Returns:
-        ``(pairs, stats)``: the pairs as :class:`Packed` (``segment_b``,
-        ``sentence_labels`` set; word ids dense over A then B) and counts.
+        ``(pairs, stats)``: the pairs (``segment_b``, ``sentence_labels`` set; word ids
+        dense over A then B) and counts.
     Raises:
         ValueError: unknown task.
     """
     if task not in SENTENCE_TASKS:
         raise ValueError(f"unknown sentence task {task!r}; known: {', '.join(SENTENCE_TASKS)}")
-    n, width = packed.input_ids.shape
-    cut = np.zeros(n, dtype=np.int64)  # first body position of B
-    for r in range(n):
-        body = slice(1, packed.lengths[r] - 1)
-        cands = np.flatnonzero(packed.piece_start[r, body])[1:]
-        if len(cands) == 0:
-            words = packed.word_ids[r, body]
-            cands = np.flatnonzero(np.diff(words) != 0) + 1
-        if len(cands):
-            cut[r] = 1 + cands[rng.integers(len(cands))]
+    total, width = len(packed), packed.rows(slice(0, 0)).input_ids.shape[1]
+    cut = np.zeros(total, dtype=np.int32)  # first body position of B
+    for start in range(0, total, chunk_rows):
+        rows = packed.rows(slice(start, start + chunk_rows))
+        for r in range(len(rows)):
+            body = slice(1, rows.lengths[r] - 1)
+            cands = np.flatnonzero(rows.piece_start[r, body])[1:]
+            if len(cands) == 0:
+                cands = np.flatnonzero(np.diff(rows.word_ids[r, body]) != 0) + 1
+            if len(cands):
+                cut[start + r] = 1 + cands[rng.integers(len(cands))]
     keep = np.flatnonzero(cut > 0)
-    dropped = n - len(keep)
-    rows, cut = packed.rows(keep), cut[keep]
+    dropped = total - len(keep)
+    cut = cut[keep]
     n = len(keep)
     labels = (rng.random(n) < 0.5).astype(np.int8)
-    partner = np.zeros(n, dtype=np.int64)
-    if task == "nsp":  # a uniformly drawn row of another document (documents are contiguous)
-        _, first, inverse, size = np.unique(rows.documents, return_index=True, return_inverse=True,
-                                            return_counts=True)
-        first, size = first[inverse], size[inverse]
-        others = n - size
-        draw = np.minimum((rng.random(n) * others).astype(np.int64), np.maximum(others - 1, 0))
-        partner = np.where(draw < first, draw, draw + size)
-        labels[others == 0] = 0  # a one-document corpus has no negatives
+    # documents of the kept rows, non-decreasing (the packer numbers documents in order)
+    docs = packed.column("documents")[keep] if task == "nsp" else None
 
-    out = replace(rows, input_ids=np.zeros_like(rows.input_ids), word_ids=np.full_like(rows.word_ids, -1),
-                  lex_ids=np.full_like(rows.lex_ids, -1), segment_b=np.zeros(n, dtype=np.int32),
-                  sentence_labels=labels, lengths=np.zeros(n, dtype=np.int32))
-    word_start = np.zeros_like(rows.piece_start)
-    word_start[:, 1:] = (rows.word_ids[:, 1:] != rows.word_ids[:, :-1]) & (rows.word_ids[:, 1:] >= 0)
-    for i in range(n):
-        end = rows.lengths[i] - 1
-        a, b = slice(1, cut[i]), slice(cut[i], end)
-        src_b, b_from = i, b
-        if task == "nsp" and labels[i]:
-            p = partner[i]
-            src_b, b_from = p, slice(cut[p], rows.lengths[p] - 1)
-        parts = [(i, a), (src_b, b_from)]
-        if task == "sop" and labels[i]:
-            parts = parts[::-1]
-        room_b = width - 3 - (parts[0][1].stop - parts[0][1].start)
-        (ra, sa), (rb, sb) = parts
-        sb = slice(sb.start, min(sb.stop, sb.start + room_b))
-        la, lb = sa.stop - sa.start, sb.stop - sb.start
-        ids = out.input_ids[i]
-        ids[0], ids[1:1 + la], ids[1 + la] = cls_id, rows.input_ids[ra, sa], sep_id
-        ids[2 + la:2 + la + lb], ids[2 + la + lb] = rows.input_ids[rb, sb], sep_id
-        starts = np.concatenate([word_start[ra, sa], word_start[rb, sb]])
-        starts[0] = True
-        if lb:
-            starts[la] = True
-        dense = np.cumsum(starts) - 1
-        out.word_ids[i, 1:1 + la] = dense[:la]
-        out.word_ids[i, 2 + la:2 + la + lb] = dense[la:]
-        out.lex_ids[i, 1:1 + la] = rows.lex_ids[ra, sa]
-        out.lex_ids[i, 2 + la:2 + la + lb] = rows.lex_ids[rb, sb]
-        out.segment_b[i], out.lengths[i] = 2 + la, 3 + la + lb
-    return out, {"pairs": n, "dropped_single_word_rows": int(dropped),
-                 "positive_share": round(float(labels.mean()), 4) if n else None}
+    store = PackedStore(out, width) if out is not None else None
+    parts = []
+    for lo in range(0, n, chunk_rows):
+        hi = min(lo + chunk_rows, n)
+        rows = packed.rows(keep[lo:hi])
+        partner = np.zeros(hi - lo, dtype=np.int64)  # index into the kept rows
+        if task == "nsp":  # a uniformly drawn row of another document (documents are contiguous)
+            first = np.searchsorted(docs, docs[lo:hi], side="left")
+            size = np.searchsorted(docs, docs[lo:hi], side="right") - first
+            others = n - size
+            # one double per row, drawn chunk by chunk: the stream of one draw of n doubles
+            draw = np.minimum((rng.random(hi - lo) * others).astype(np.int64), np.maximum(others - 1, 0))
+            partner = np.where(draw < first, draw, draw + size)
+            labels[lo:hi][others == 0] = 0  # a one-document corpus has no negatives
+        # the NSP partners of this chunk's negatives, read wherever they lie
+        wanted = np.unique(partner[labels[lo:hi] == 1]) if task == "nsp" else np.zeros(0, np.int64)
+        partner_rows = packed.rows(keep[wanted])
+        where = {int(p): j for j, p in enumerate(wanted)}
+        starts, partner_starts = _word_starts(rows.word_ids), _word_starts(partner_rows.word_ids)
+        m = hi - lo
+        chunk = replace(rows, input_ids=np.zeros_like(rows.input_ids), word_ids=np.full_like(rows.word_ids, -1),
+                        lex_ids=np.full_like(rows.lex_ids, -1), segment_b=np.zeros(m, dtype=np.int32),
+                        sentence_labels=labels[lo:hi], lengths=np.zeros(m, dtype=np.int32))
+        for k in range(m):
+            i = lo + k
+            a, b = (rows, k, slice(1, cut[i]), starts), (rows, k, slice(cut[i], rows.lengths[k] - 1), starts)
+            if task == "nsp" and labels[i]:
+                p = partner[k]
+                j = where[int(p)]
+                b = (partner_rows, j, slice(cut[p], partner_rows.lengths[j] - 1), partner_starts)
+            parts_ab = [a, b]
+            if task == "sop" and labels[i]:
+                parts_ab = parts_ab[::-1]
+            (ra, ia, sa, wa), (rb, ib, sb, wb) = parts_ab
+            room_b = width - 3 - (sa.stop - sa.start)
+            sb = slice(sb.start, min(sb.stop, sb.start + room_b))
+            la, lb = sa.stop - sa.start, sb.stop - sb.start
+            ids = chunk.input_ids[k]
+            ids[0], ids[1:1 + la], ids[1 + la] = cls_id, ra.input_ids[ia, sa], sep_id
+            ids[2 + la:2 + la + lb], ids[2 + la + lb] = rb.input_ids[ib, sb], sep_id
+            word_start = np.concatenate([wa[ia, sa], wb[ib, sb]])
+            word_start[0] = True
+            if lb:
+                word_start[la] = True
+            dense = np.cumsum(word_start) - 1
+            chunk.word_ids[k, 1:1 + la] = dense[:la]
+            chunk.word_ids[k, 2 + la:2 + la + lb] = dense[la:]
+            chunk.lex_ids[k, 1:1 + la] = ra.lex_ids[ia, sa]
+            chunk.lex_ids[k, 2 + la:2 + la + lb] = rb.lex_ids[ib, sb]
+            chunk.segment_b[k], chunk.lengths[k] = 2 + la, 3 + la + lb
+        if store is not None:
+            store.append(chunk)
+        else:
+            parts.append(chunk)
+    stats = {"pairs": n, "dropped_single_word_rows": int(dropped),
+             "positive_share": round(float(labels.mean()), 4) if n else None}
+    return (store if store is not None else Packed.concat(parts, width)), stats
 
 
 def shard_rng(seed: int, objective: str, copy: int, shard: int) -> np.random.Generator:
@@ -270,45 +468,56 @@ def _shard_table(rows: Packed, batch=None, with_lex: bool = False, with_pairs: b
     valid = np.arange(rows.input_ids.shape[1])[None, :] < lengths[:, None]
     offsets = pa.array(np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32))
 
-    def ragged(values: np.ndarray) -> pa.Array:
+    def ragged_column(values: np.ndarray) -> pa.Array:
         return pa.ListArray.from_arrays(offsets, pa.array(values[valid], pa.int32()))
 
     if batch is not None:
         r, c = np.nonzero(batch.chosen)
         label_offsets = pa.array(np.concatenate([[0], np.cumsum(np.bincount(r, minlength=len(rows)))]
                                                 ).astype(np.int32))
-        columns = {"input_ids": ragged(batch.input_ids),
+        columns = {"input_ids": ragged_column(batch.input_ids),
                    "masked_positions": pa.ListArray.from_arrays(label_offsets, pa.array(c.astype(np.int32))),
                    "masked_labels": pa.ListArray.from_arrays(label_offsets, pa.array(batch.labels[r, c]))}
     else:
-        columns = {"input_ids": ragged(rows.input_ids), "word_ids": ragged(rows.word_ids)}
+        columns = {"input_ids": ragged_column(rows.input_ids), "word_ids": ragged_column(rows.word_ids)}
         if with_lex:
-            columns["lex_ids"] = ragged(rows.lex_ids)
+            columns["lex_ids"] = ragged_column(rows.lex_ids)
     if with_pairs:
         columns["segment_b"] = pa.array(rows.segment_b, pa.int32())
         columns["sentence_label"] = pa.array(rows.sentence_labels, pa.int8())
     return pa.table(columns)
 
 
-def _mask_shard(args) -> tuple[pa.Table, dict]:
-    rows, config, rng_key, mask_token_id, random_ids, similar, with_pairs = args
+def write_arrow(path: Path, table: pa.Table) -> None:
+    """``table`` as an uncompressed Arrow IPC file of one record batch: the layout that
+    :func:`read_shards` memory-maps without copying (same table, same bytes)."""
+    table = table.combine_chunks()
+    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
+        writer.write_table(table)
+
+
+def _mask_shard(args) -> dict:
+    """Mask one shard's rows, write its file; returns its stats (runs in a worker process)."""
+    source, sl, path, config, rng_key, mask_token_id, random_ids, similar, with_pairs = args
+    rows = source.rows(sl)
     batch = mask_batch(rows.input_ids, rows.word_ids, config, shard_rng(*rng_key), mask_token_id=mask_token_id,
                        random_token_ids=random_ids, lex_ids=rows.lex_ids, similar=similar)
-    stats = {"sequences": len(rows), "tokens": int(rows.lengths.sum()),
-             "maskable_tokens": int((rows.word_ids >= 0).sum()), **batch.counts}
-    return _shard_table(rows, batch, with_pairs=with_pairs), stats
+    write_arrow(path, _shard_table(rows, batch, with_pairs=with_pairs))
+    return {"sequences": len(rows), "tokens": int(rows.lengths.sum()),
+            "maskable_tokens": int((rows.word_ids >= 0).sum()), **batch.counts}
 
 
 @stage_task
-def write_shards(packed: Packed, config: MaskingConfig, out_dir: Path, *, objective: str, seed: int,
+def write_shards(packed: Packed | PackedStore, config: MaskingConfig, out_dir: Path, *, objective: str, seed: int,
                  dynamic: bool, dupe_factor: int, shard_size: int, mask_token_id: int,
                  random_token_ids: np.ndarray, similar: SimilarWords | None = None, workers: int = 1) -> dict:
     """Write the pretraining shards of an objective: ``dupe_factor`` masked copies (static), or
     the uncorrupted rows once (dynamic; masks are drawn at batch time).
 
-    Static shards are masked in parallel; each shard's generator is a pure
-    function of (seed, objective, copy, shard) (:func:`shard_rng`), so the bytes
-    do not depend on ``workers``.
+    Static shards are masked in parallel, each worker reading its ``shard_size``
+    rows from ``packed`` (a :class:`PackedStore`: memory holds ``workers`` shards)
+    and writing its file; each shard's generator is a pure function of (seed,
+    objective, copy, shard) (:func:`shard_rng`), so the bytes do not depend on ``workers``.
 
     Returns:
         Stats: sequences, tokens, and (static) the chosen tokens and their
@@ -319,25 +528,32 @@ def write_shards(packed: Packed, config: MaskingConfig, out_dir: Path, *, object
     n = len(packed)
     if n == 0:
         raise SourceError("no sequence to write: the tokenized corpus is empty")
-    with_pairs = bool((packed.sentence_labels >= 0).any())
+    with_pairs = bool((packed.column("sentence_labels") >= 0).any())
     out_dir.mkdir(parents=True, exist_ok=True)
     shards = [slice(start, start + shard_size) for start in range(0, n, shard_size)]
     if dynamic:
+        maskable = 0
         for i, sl in enumerate(shards):
-            write_parquet(out_dir / f"shard-{i:05d}.parquet",
-                          _shard_table(packed.rows(sl), with_lex=config.similar > 0, with_pairs=with_pairs))
-        return {"sequences": n, "tokens": int(packed.lengths.sum()),
-                "maskable_tokens": int((packed.word_ids >= 0).sum()), "shards": len(shards), "dynamic": True}
-    jobs = [(packed.rows(sl), config, (seed, objective, copy, shard), mask_token_id, random_token_ids, similar,
-             with_pairs) for copy in range(dupe_factor) for shard, sl in enumerate(shards)]
+            rows = packed.rows(sl)
+            maskable += int((rows.word_ids >= 0).sum())
+            write_arrow(out_dir / f"shard-{i:05d}.arrow",
+                        _shard_table(rows, with_lex=config.similar > 0, with_pairs=with_pairs))
+        return {"sequences": n, "tokens": int(packed.column("lengths").sum()),
+                "maskable_tokens": maskable, "shards": len(shards), "dynamic": True}
+    # a store travels to the workers as its folder; rows in memory travel as their shard
+    jobs = [(packed, sl, out_dir / f"shard-{copy * len(shards) + shard:05d}.arrow", config,
+             (seed, objective, copy, shard), mask_token_id, random_token_ids, similar, with_pairs)
+            if isinstance(packed, PackedStore) else
+            (packed.rows(sl), slice(None), out_dir / f"shard-{copy * len(shards) + shard:05d}.arrow", config,
+             (seed, objective, copy, shard), mask_token_id, random_token_ids, similar, with_pairs)
+            for copy in range(dupe_factor) for shard, sl in enumerate(shards)]
     if workers > 1 and len(jobs) > 1:
         with ProcessPoolExecutor(workers) as pool:
             results = list(pool.map(_mask_shard, jobs))
     else:
         results = [_mask_shard(job) for job in jobs]
     totals: dict[str, int] = {}
-    for i, (table, stats) in enumerate(results):
-        write_parquet(out_dir / f"shard-{i:05d}.parquet", table)
+    for stats in results:
         for k, v in stats.items():
             totals[k] = totals.get(k, 0) + v
     chosen = max(totals["chosen"], 1)
@@ -350,29 +566,37 @@ def write_shards(packed: Packed, config: MaskingConfig, out_dir: Path, *, object
     return stats
 
 
-def _columns(table: pa.Table) -> str:
-    return ", ".join(f"{field.name}: {field.type}" for field in table.schema)
+def _columns(schema: pa.Schema) -> str:
+    return ", ".join(f"{field.name}: {field.type}" for field in schema)
 
 
 def read_shards(folder: Path) -> pa.Table:
-    """All shards of a pretraining data folder, in order.
+    """All shards of a pretraining data folder, in order, memory-mapped: one chunk per
+    shard whose buffers lie in the mapped files (zero-copy; pages are read when touched).
 
     Raises:
-        SourceError: the folder holds no shard, a shard is unreadable (e.g.
-            truncated), or the shards' columns differ; the message names the shard.
+        SourceError: the folder holds no shard (or only Parquet shards of the former
+            format), a shard is unreadable (e.g. truncated), or the shards' columns
+            differ; the message names the shard.
     """
-    files = sorted(Path(folder).glob("shard-*.parquet"))
+    folder = Path(folder)
+    files = sorted(folder.glob("shard-*.arrow"))
     if not files:
+        if any(folder.glob("shard-*.parquet")):
+            raise SourceError(f"{folder}: holds Parquet shards of an older format (now Arrow IPC .arrow files); "
+                              "rerun the pretraining_data stage")
         raise SourceError(f"{folder}: no pretraining data shards (run the pretraining_data stage)")
     tables = []
     for f in files:
         try:
-            tables.append(pq.read_table(f))
+            table = pa.ipc.open_file(pa.memory_map(str(f), "r")).read_all()
+            table.validate()  # buffer sizes against lengths (cheap: reads no values)
         except (pa.ArrowException, OSError) as e:
             reason = (str(e).strip().splitlines() or [type(e).__name__])[0]
             raise SourceError(f"{f}: unreadable pretraining data shard ({reason}); "
                               "rerun the pretraining_data stage") from None
-        if not tables[-1].schema.equals(tables[0].schema):
-            raise SourceError(f"{f}: columns ({_columns(tables[-1])}) differ from those of {files[0].name} "
-                              f"({_columns(tables[0])}); rerun the pretraining_data stage")
+        if tables and not table.schema.equals(tables[0].schema):
+            raise SourceError(f"{f}: columns ({_columns(table.schema)}) differ from those of {files[0].name} "
+                              f"({_columns(tables[0].schema)}); rerun the pretraining_data stage")
+        tables.append(table)
     return pa.concat_tables(tables)

@@ -2,7 +2,9 @@
 
 A ragged column is a pair ``(values, offsets)``: example ``i`` is
 ``values[offsets[i]:offsets[i + 1]]``. Batches are gathered with one fancy
-index, no per-example Python loop.
+index, no per-example Python loop. A column too large for memory is a list of
+such pairs (chunks, e.g. one per memory-mapped shard, Megatron-LM's
+``MMapIndexedDataset`` layout): :func:`take_ragged` reads only a batch's examples.
 """
 
 from __future__ import annotations
@@ -16,12 +18,40 @@ IGNORE_INDEX = -100  # label of positions no loss counts (PyTorch's cross-entrop
 
 
 def ragged(column: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, np.ndarray]:
-    """``(values, offsets)`` of an Arrow list column (zero-copy where possible)."""
+    """``(values, offsets)`` of an Arrow list column, offsets from 0.
+
+    Zero-copy (views of the Arrow buffers, e.g. of a memory-mapped file) for an
+    unsliced array of a primitive type without nulls; a ChunkedArray of several
+    chunks is concatenated (a copy), and a sliced array's offsets are rebased (a copy).
+    """
     if isinstance(column, pa.ChunkedArray):
         column = column.combine_chunks()
     offsets = np.asarray(column.offsets)
     values = np.asarray(column.values)
-    return values[offsets[0]:offsets[-1]], offsets - offsets[0]
+    if len(offsets):
+        values = values[offsets[0]:offsets[-1]]
+        if offsets[0] != 0:
+            offsets = offsets - offsets[0]
+    return values, offsets
+
+
+def take_ragged(values: list[np.ndarray], offsets: list[np.ndarray], chunk: np.ndarray,
+                row: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Examples ``row[b]`` of chunks ``chunk[b]`` (``int [B]`` each) as one small ragged pair, in batch order.
+
+    Args:
+        values, offsets: per chunk, a ragged column (:func:`ragged`).
+    Returns:
+        ``(values, offsets)``: the ``B`` examples' values (dtype of the chunks) and
+        ``int64 [B + 1]`` offsets. Only those examples are read: a loop over ``B``
+        slices, cheap next to a training step, and no copy of a chunk.
+    """
+    parts = [values[c][offsets[c][r]:offsets[c][r + 1]] for c, r in zip(np.asarray(chunk).tolist(),
+                                                                          np.asarray(row).tolist())]
+    out_offsets = np.zeros(len(parts) + 1, dtype=np.int64)
+    np.cumsum([len(p) for p in parts], out=out_offsets[1:])
+    dtype = values[0].dtype if len(values) else np.int32
+    return (np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)), out_offsets
 
 
 def flat_positions(offsets: np.ndarray, index: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
