@@ -14,13 +14,12 @@ from tasks.core import paths
 from tasks.core.io import atomic_outputs
 from tasks.core.metrics import ContinuePretrainMetrics, write_metrics
 from tasks.core.params import load_params
-from tasks.core.stage import run_stage
 from tasks.multilingual.continue_pretrain import (continue_checkpoint, evaluate_heldout, mixture_examples, pack_table,
                                                   resized_base_model)
 from tasks.multilingual.multilingual import read_documents
-from tasks.pretraining.modeling import PretrainingModel
+from tasks.pretraining.modeling import PretrainingModel, prepare_model
 from tasks.pretraining.pretrain import train, write_log
-from tasks.training.device import resolve_device
+from tasks.training.distributed import join_process_group, run_training_stage
 
 
 @flow(name="continue_pretrain")
@@ -31,7 +30,7 @@ def continue_pretrain(mixture: str) -> None:
     logger = get_run_logger()
     tokenizer = AutoTokenizer.from_pretrained(paths.MULTILINGUAL_TOKENIZER)
     model, old_vocab = resized_base_model(paths.MODELS / spec.base_model, len(tokenizer), seed)
-    device = resolve_device(params.pretrain.device)
+    ranks, device = join_process_group(params.pretrain.device)  # one DDP rank per process under torchrun
     heldout = pack_table(tokenizer, read_documents(paths.MULTILINGUAL, "heldout"), data_cfg.max_seq_length)
     evaluate = partial(evaluate_heldout, model=model, sequences=heldout, data_cfg=data_cfg, seed=seed,
                        mask_token_id=tokenizer.mask_token_id, device=device)
@@ -39,8 +38,12 @@ def continue_pretrain(mixture: str) -> None:
     data = mixture_examples(tokenizer, pq.read_table(paths.MIXTURES / f"{mixture}.parquet"), mixture, data_cfg, seed)
     checkpoint, fingerprint = continue_checkpoint(params, mixture)
     logger.info(f"{mixture}: {len(data)} sequences, vocabulary {old_vocab} -> {len(tokenizer)}, device {device}")
-    summary = train(PretrainingModel(model), data, params.pretrain.model_copy(update=spec.pretrain.model_dump()),
-                    seed=seed, device=device, checkpoint=checkpoint, fingerprint=fingerprint, log=logger.info)
+    cfg = params.pretrain.model_copy(update=spec.pretrain.model_dump())
+    trainee = prepare_model(PretrainingModel(model), cfg, device)  # TF32, activation checkpointing, compile
+    summary = train(trainee, data, cfg, seed=seed, device=device, checkpoint=checkpoint, fingerprint=fingerprint, log=logger.info,
+                    ranks=ranks)
+    if not ranks.is_main:  # rank 0 evaluates and writes the outputs
+        return
     rows, heldout_scores = summary.pop("rows"), {"before": before, "after": evaluate("after", before=before)}
     with atomic_outputs(paths.CONTINUED / mixture, paths.stage_metrics("continue_pretrain", mixture),
                         paths.stage_metrics("continue_pretrain", mixture, ".csv")) as (out, metrics, log_csv):
@@ -54,4 +57,4 @@ def continue_pretrain(mixture: str) -> None:
 
 
 if __name__ == "__main__":
-    run_stage(continue_pretrain, *sys.argv[1:])
+    run_training_stage(continue_pretrain, *sys.argv[1:])

@@ -16,10 +16,9 @@ from tasks.core.io import atomic_outputs
 from tasks.core.metrics import FinetuneMetrics, write_metrics
 from tasks.core.model_dir import check_weights, load_tokenizer
 from tasks.core.params import load_params
-from tasks.core.stage import run_stage
 from tasks.downstream.families import FAMILIES, load_task_data
 from tasks.downstream.finetune import run_seed, summarize, write_predictions
-from tasks.training.device import resolve_device
+from tasks.training.distributed import join_process_group, run_training_stage
 
 
 @flow(name="finetune")
@@ -36,9 +35,11 @@ def finetune(model_name: str, task_name: str) -> None:
     tables, labels, data = load_task_data(task_name, family, ("train", "dev", "test"), tokenizer, training)
     # truncation (NER) and answers no window holds (MRC): counted, never silently lost
     encoding = {s: d.stats for s, d in data.items() if getattr(d, "stats", None)}
-    device = resolve_device(cfg.device)
-    results = [run_seed(family, model_dir, labels, data, tables, training, spec.metrics, seed, device)
+    ranks, device = join_process_group(cfg.device)  # one DDP rank per process under torchrun
+    results = [run_seed(family, model_dir, labels, data, tables, training, spec.metrics, seed, device, ranks)
                for seed in cfg.seeds]
+    if not ranks.is_main:  # rank 0 evaluates and writes the outputs
+        return
     runs = [result for result, _ in results]
     summary = {split: {m: summarize([r[split][m] for r in runs]) for m in spec.metrics} for split in ("dev", "test")}
     metrics = {"model": model_name, "task": task_name, "family": spec.family, "headline": spec.metrics[0],
@@ -50,4 +51,4 @@ def finetune(model_name: str, task_name: str) -> None:
 
 
 if __name__ == "__main__":
-    run_stage(finetune, *sys.argv[1:])
+    run_training_stage(finetune, *sys.argv[1:])

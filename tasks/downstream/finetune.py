@@ -22,8 +22,9 @@ from prefect import get_run_logger
 from tasks.core.io import write_json, write_jsonl
 from tasks.core.model_dir import load_model
 from tasks.core.stage import stage_task
-from tasks.training.batching import BatchSchedule
+from tasks.training.batching import IGNORE_INDEX, BatchSchedule
 from tasks.training.device import autocast
+from tasks.training.distributed import Ranks, split_batch, wrap
 from tasks.training.optim import learning_rate, optimizer_for
 
 
@@ -37,18 +38,24 @@ class Batches(Protocol):
 
 def fit(model: torch.nn.Module, data: Batches, *, epochs: float, batch_size: int, lr: float, warmup_fraction: float,
         weight_decay: float, max_grad_norm: float, seed: int, device: torch.device,
-        log: Callable[[str], None] = print) -> dict:
+        log: Callable[[str], None] = print, ranks: Ranks = Ranks()) -> dict:
     """Fine-tune ``model`` on ``data`` for ``epochs`` passes (fractional allowed).
 
     Batches come from :class:`tasks.training.batching.BatchSchedule` (seeded, length-grouped).
-    AdamW, linear warm-up then linear decay to 0, gradient-norm clipping.
+    AdamW, linear warm-up then linear decay to 0, gradient-norm clipping. Under DDP each rank
+    takes its share of the global batch (``batch_size``, :func:`tasks.training.distributed.split_batch`)
+    and weights its mean loss by its share of the batch's loss units (labelled tokens for
+    token labels, else examples), so the summed gradient is the global batch's.
 
     Returns:
         ``steps``, ``examples``, ``train_loss`` (mean over the last 10% of steps),
         ``wall_sec`` and ``examples_per_sec``.
+    Raises:
+        ParamsError: ``batch_size`` is not a multiple of the number of processes.
     """
-    torch.manual_seed(seed)
+    torch.manual_seed(seed + ranks.rank)
     model.to(device).train()
+    net = wrap(model, ranks, device)
     schedule = BatchSchedule(data.lengths, batch_size, seed)
     total = max(1, round(epochs * schedule.per_epoch))
     opt = optimizer_for(model, lr, weight_decay)
@@ -59,14 +66,19 @@ def fit(model: torch.nn.Module, data: Batches, *, epochs: float, batch_size: int
         index = schedule(step)
         for group in opt.param_groups:
             group["lr"] = learning_rate(step, total, lr, warmup_fraction)
-        batch = {key: v.to(device, non_blocking=True) for key, v in data.batch(index).items()}
+        (part,) = split_batch(index, ranks, 1, "finetune.batch_size")
+        batch = {key: v.to(device, non_blocking=True) for key, v in data.batch(part).items()}
         with autocast(device):
-            loss = model(**batch).loss
+            loss = net(**batch).loss
+        if ranks.world > 1:  # DDP averages gradients over ranks: weight = world x this rank's share
+            units = _loss_units(batch)
+            share = units / ranks.all_sum([float(units)])[0]
+            loss = loss * (ranks.world * share)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
         opt.step()
         opt.zero_grad(set_to_none=True)
-        losses.append(loss.item())
+        losses.append(loss.item() if ranks.world == 1 else ranks.all_sum([loss.item() / ranks.world])[0])
         examples += len(index)
         if (step + 1) % max(1, total // 5) == 0:
             log(f"step {step + 1}/{total} loss {np.mean(losses[-max(1, total // 10):]):.4f}")
@@ -75,8 +87,16 @@ def fit(model: torch.nn.Module, data: Batches, *, epochs: float, batch_size: int
             "wall_sec": round(wall, 2), "examples_per_sec": round(examples / wall, 1)}
 
 
+def _loss_units(batch: dict[str, torch.Tensor]) -> int:
+    """What a head's mean loss averages over: labelled tokens (token labels, ``[B, L]``), else examples."""
+    labels = batch.get("labels")
+    if labels is not None and labels.ndim == 2:
+        return int((labels != IGNORE_INDEX).sum())
+    return len(batch["input_ids"])
+
+
 def fit_seed(family, model_dir, labels, data: Batches, training, seed: int, device: torch.device,
-             log: Callable[[str], None] = print) -> tuple[torch.nn.Module, dict]:
+             log: Callable[[str], None] = print, ranks: Ranks = Ranks()) -> tuple[torch.nn.Module, dict]:
     """One fine-tuning run as ``finetune@<model>-<task>`` does it for ``seed``: the head of
     ``family`` (a :class:`tasks.downstream.families.Family`) initialised under ``seed`` on the encoder in
     ``model_dir``, then :func:`fit` with the task's ``training`` knobs. The analyses (attention
@@ -93,7 +113,7 @@ def fit_seed(family, model_dir, labels, data: Batches, training, seed: int, devi
     model = load_model(model_dir, lambda path: family.model(path, labels, training))
     train = fit(model, data, epochs=training.epochs, batch_size=training.batch_size, lr=training.learning_rate,
                 warmup_fraction=training.warmup_fraction, weight_decay=training.weight_decay,
-                max_grad_norm=training.max_grad_norm, seed=seed, device=device, log=log)
+                max_grad_norm=training.max_grad_norm, seed=seed, device=device, log=log, ranks=ranks)
     return model.eval(), train
 
 
@@ -106,11 +126,14 @@ def fine_tune(family, model_dir, labels, data: Batches, training, seed: int,
 
 @stage_task(task_run_name="seed-{seed}")
 def run_seed(family, model_dir, labels, data: dict, tables: dict, training, metrics: list[str], seed: int,
-             device: torch.device) -> tuple[dict, dict]:
+             device: torch.device, ranks: Ranks = Ranks()) -> tuple[dict, dict] | None:
     """One seed of ``finetune``: :func:`fit_seed` on ``data['train']``, then scores and
-    predictions on dev and test (``({"seed", "train", "dev", "test"}, {split: predictions})``)."""
+    predictions on dev and test (``({"seed", "train", "dev", "test"}, {split: predictions})``;
+    under DDP, rank 0 evaluates and the other ranks return None)."""
     logger = get_run_logger()
-    model, train = fit_seed(family, model_dir, labels, data["train"], training, seed, device, logger.info)
+    model, train = fit_seed(family, model_dir, labels, data["train"], training, seed, device, logger.info, ranks)
+    if not ranks.is_main:
+        return None
     result, predictions = {"seed": seed, "train": train}, {}
     for split in ("dev", "test"):
         result[split], predictions[split] = family.evaluate(model, data[split], tables[split], training, labels,
