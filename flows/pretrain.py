@@ -1,6 +1,7 @@
-"""Stage ``pretrain@<objective>``: pretrain a BERT encoder from scratch on the objective's
-data (static or dynamic masking; MLM or PerLM head, plus NSP/SOP); resumable; saves a
-Hugging Face model + tokenizer to ``models/<objective>`` and the other heads beside it."""
+"""Stage ``pretrain@<objective>``: pretrain a BERT encoder from scratch (or from the checkpoint
+``pretrain.init_from``) on the objective's data (static or dynamic masking; MLM or PerLM head,
+plus NSP/SOP); resumable; saves a Hugging Face model + tokenizer to ``models/<objective>`` and
+the other heads beside it."""
 
 import sys
 
@@ -12,11 +13,10 @@ from tasks.core import paths
 from tasks.core.io import atomic_outputs
 from tasks.core.metrics import PretrainMetrics, write_metrics
 from tasks.core.params import load_params
-from tasks.core.stage import run_stage
-from tasks.pretraining.modeling import pretraining_model, save_pretrained
+from tasks.pretraining.modeling import prepare_model, pretraining_model, resolve_init_from, save_pretrained
 from tasks.pretraining.pretrain import PretrainingExamples, objective_masker, pretrain_checkpoint, train, write_log
 from tasks.pretraining.pretraining_data import masking_config, read_shards
-from tasks.training.device import resolve_device
+from tasks.training.distributed import join_process_group, run_training_stage
 
 
 @flow(name="pretrain")
@@ -28,14 +28,21 @@ def pretrain(objective: str) -> None:
     tokenizer = AutoTokenizer.from_pretrained(paths.TOKENIZER)
     masker = objective_masker(objective, spec, masking, params.seed, tokenizer, paths.LEXICON)
     data = PretrainingExamples.from_table(read_shards(paths.PRETRAINING / objective), masker)
-    model = pretraining_model(params, spec, masking, tokenizer)
-    device = resolve_device(params.pretrain.device)
-    checkpoint, fingerprint = pretrain_checkpoint(objective, params, spec, masking)
+    init_folder = resolve_init_from(params.pretrain.init_from, params)  # None: random init
+    model = pretraining_model(params, spec, masking, tokenizer, init_folder)
+    ranks, device = join_process_group(params.pretrain.device)  # one DDP rank per process under torchrun
+    prepare_model(model, params.pretrain, device)  # TF32, activation checkpointing, compile
+    checkpoint, fingerprint = pretrain_checkpoint(objective, params, spec, masking, init_folder)
+    if init_folder is not None:
+        logger.info(f"starting from {init_folder} (pretrain.init_from {params.pretrain.init_from}, "
+                    f"{model.mlm.config.num_hidden_layers} layers x {model.mlm.config.hidden_size})")
     n_params = sum(p.numel() for p in model.mlm.parameters())
     logger.info(f"{objective}: {len(data)} examples ({'dynamic' if spec.dynamic else 'static'} masking), "
                 f"{n_params:,} encoder+MLM parameters, device {device}, {torch.get_num_threads()} threads")
     summary = train(model, data, params.pretrain, seed=params.seed, device=device, checkpoint=checkpoint,
-                    fingerprint=fingerprint, log=logger.info)
+                    fingerprint=fingerprint, log=logger.info, ranks=ranks)
+    if not ranks.is_main:  # rank 0 writes the outputs
+        return
     rows = summary.pop("rows")
     summary.update(objective=objective, parameters=n_params, device=str(device), threads=torch.get_num_threads(),
                    dynamic=spec.dynamic, sentence_task=spec.sentence_task,
@@ -49,4 +56,4 @@ def pretrain(objective: str) -> None:
 
 
 if __name__ == "__main__":
-    run_stage(pretrain, *sys.argv[1:])
+    run_training_stage(pretrain, *sys.argv[1:])

@@ -237,8 +237,8 @@ def test_dynamic_masking_is_mask_batch_seeded_by_step():
     # exactly what the static path's function gives for the same generator
     ids = a["attention_mask"].numpy() * 0
     from tasks.training.batching import pad_batch
-    ids, _ = pad_batch(data.ids, data.id_offsets, index)
-    words, _ = pad_batch(data.word_ids, data.id_offsets, index, pad_value=-1)
+    ids, _ = pad_batch(data.ids[0], data.id_offsets[0], index)  # one chunk: the table in memory
+    words, _ = pad_batch(data.word_ids[0], data.id_offsets[0], index, pad_value=-1)
     import zlib
     ref = mask_batch(ids, words, config, np.random.default_rng([5, zlib.crc32(b"wwm_dynamic"), 11]),
                      mask_token_id=3, random_token_ids=np.arange(5, 60, dtype=np.int32))
@@ -253,7 +253,7 @@ def test_dynamic_masking_is_mask_batch_seeded_by_step():
         assert a["token_type_ids"][i, n:].sum() == 0
 
 
-def test_perlm_and_sentence_heads_train():
+def test_perlm_and_sentence_heads_train(tmp_path):
     """PerLM predicts positions (logits over the row's own positions) and SOP adds a loss on [CLS]."""
     config = MaskingConfig(scheme="wwm", masked_lm_prob=0.3, mask=0, random=0, permute=0.9)
     masker = DynamicMasker(config, seed=1, objective="perlm", mask_token_id=3,
@@ -269,6 +269,6 @@ def test_perlm_and_sentence_heads_train():
     logits = model.position_head(hidden[b["rows"], b["cols"]], b["attention_mask"][b["rows"]].bool())
     assert torch.isinf(logits[b["attention_mask"][b["rows"]] == 0]).all()
     summary = train.fn(model, data, cfg(token_budget=3000), seed=1, device=torch.device("cpu"),
-                    checkpoint=Path("/nonexistent/never-written.pt"), fingerprint="f", log=lambda _: None)
+                    checkpoint=tmp_path / "last.pt", fingerprint="f", log=lambda _: None)
     assert summary["final_sentence_accuracy"] is not None and summary["final_loss"] < summary["rows"][0]["loss"]
     assert set(model.extra_heads()) >= {"position_head.decoder.weight", "sentence_head.classifier.weight"}

@@ -4,20 +4,29 @@ The encoder and its MLM head are a plain Hugging Face ``BertForMaskedLM``, so
 every saved model loads with ``AutoModelForMaskedLM`` / ``AutoModel`` and any
 fine-tuning head. The other pretraining heads (PerLM positions, NSP/SOP) live
 beside it in :class:`PretrainingModel` and are saved to their own file (:func:`save_pretrained`).
+
+The encoder starts random (``model.preset``'s size) or from a checkpoint
+(``pretrain.init_from``: :func:`resolve_init_from`, :func:`init_masked_lm`), and
+:func:`prepare_model` applies the GPU options (TF32, activation checkpointing, compile).
 """
 
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from safetensors.torch import save_file
 from torch import nn
-from transformers import BertConfig, BertForMaskedLM
+from transformers import AutoConfig, BertConfig, BertForMaskedLM
 
-from tasks.core.params import ModelSize
+from tasks.core import paths
+from tasks.core.errors import ParamsError, SourceError
+from tasks.core.model_dir import load_model, load_tokenizer
+from tasks.core.params import ModelSize, Pretrain
+from tasks.training.device import set_tf32
 
 
 def bert_config(size: ModelSize, vocab_size: int, max_seq_length: int, pad_token_id: int = 0) -> BertConfig:
@@ -122,7 +131,9 @@ class PretrainingModel(nn.Module):
             batch: ``input_ids``, ``attention_mask``, ``token_type_ids`` (``int64 [B, L]``);
                 ``rows``, ``cols``, ``labels`` (``int64 [M]``: the predicted positions
                 and their labels, token ids or, for PerLM, positions);
-                ``sentence_labels`` (``int64 [B]``, with a sentence head).
+                ``sentence_labels`` (``int64 [B]``, with a sentence head); optional
+                ``token_weight``, ``sentence_weight`` (float scalars) scale the two mean
+                losses (a micro-batch's share of the global batch under gradient accumulation).
         Returns:
             ``(loss, parts)``: parts holds ``token_loss``, ``token_correct``, and with a
             sentence head ``sentence_loss``, ``sentence_correct`` (detached scalars).
@@ -139,9 +150,13 @@ class PretrainingModel(nn.Module):
             logits = self.mlm.cls(picked)
         loss = F.cross_entropy(logits.float(), labels)
         parts = {"token_loss": loss.detach(), "token_correct": (logits.argmax(-1) == labels).sum()}
+        if "token_weight" in batch:
+            loss = loss * batch["token_weight"]
         if self.sentence_head is not None:
             sentence_logits = self.sentence_head(hidden[:, 0])
             sentence_loss = F.cross_entropy(sentence_logits.float(), batch["sentence_labels"])
+            if "sentence_weight" in batch:
+                sentence_loss = sentence_loss * batch["sentence_weight"]
             loss = loss + sentence_loss
             parts.update(sentence_loss=sentence_loss.detach(),
                          sentence_correct=(sentence_logits.argmax(-1) == batch["sentence_labels"]).sum())
@@ -152,14 +167,158 @@ class PretrainingModel(nn.Module):
         return {k: v for k, v in self.state_dict().items() if not k.startswith("mlm.")}
 
 
-def pretraining_model(params, spec, masking, tokenizer) -> PretrainingModel:
-    """A new encoder of ``params.model``'s size for ``tokenizer`` (:func:`new_masked_lm`, seeded
-    with ``params.seed``) with the heads of objective ``spec`` under ``masking``."""
-    config = bert_config(params.model, len(tokenizer), params.pretraining_data.max_seq_length,
-                         tokenizer.pad_token_id)
-    return PretrainingModel(new_masked_lm(config, params.seed, params.model.sinusoidal_position_amplitude),
-                            predicts_positions=masking.predicts_positions,
+def pretraining_model(params, spec, masking, tokenizer, init_folder: Path | None = None) -> PretrainingModel:
+    """The encoder to pretrain for ``tokenizer``, with the heads of objective ``spec`` under ``masking``.
+
+    Args:
+        init_folder: None: a new encoder of ``params.model``'s size (:func:`new_masked_lm`,
+            seeded with ``params.seed``); else the checkpoint folder of
+            :func:`resolve_init_from`, loaded by :func:`init_masked_lm` at its own size.
+    Raises:
+        SourceError, ParamsError: as :func:`init_masked_lm`.
+    """
+    if init_folder is None:
+        config = bert_config(params.model, len(tokenizer), params.pretraining_data.max_seq_length,
+                             tokenizer.pad_token_id)
+        mlm = new_masked_lm(config, params.seed, params.model.sinusoidal_position_amplitude)
+    else:
+        mlm, _ = init_masked_lm(init_folder, tokenizer, params.pretraining_data.max_seq_length, params.seed,
+                                vocab_setting=params.tokenizer.vocab)
+    return PretrainingModel(mlm, predicts_positions=masking.predicts_positions,
                             sentence_task=spec.sentence_task is not None)
+
+
+# --------------------------------------------------------------------------- pretrain.init_from
+
+# Files fetched for a hub id: config, vocabulary and weights, not the TF/Flax/ONNX copies.
+HUB_PATTERNS = ["*.json", "*.txt", "*.model", "*.safetensors", "pytorch_model*.bin"]
+
+
+def _hub_offline() -> bool:
+    """Whether ``HF_HUB_OFFLINE`` forbids the hub (huggingface_hub's truthy spellings)."""
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().upper() in {"1", "ON", "YES", "TRUE"}
+
+
+def resolve_init_from(name: str | None, params, models: Path = paths.MODELS) -> Path | None:
+    """The checkpoint folder that ``pretrain.init_from = name`` designates; the one place
+    where its four kinds of name are told apart, in this order:
+
+    1. a ``hub_models`` name or a pipeline model (an objective, ``random``): ``models/<name>``,
+       written by stage ``import_model@<name>`` or ``pretrain@<name>`` / ``init_random``;
+    2. an existing local folder;
+    3. otherwise a hub id (``owner/model``), downloaded to the Hugging Face cache (only the
+       files of :data:`HUB_PATTERNS`) when ``HF_HUB_OFFLINE=0``.
+
+    Returns:
+        The folder, or None for ``name=None`` (random init).
+    Raises:
+        SourceError: (naming ``pretrain.init_from``) a declared model whose folder is not built
+            yet (with the stage to run), a name that is none of the above while offline, or a
+            hub download that fails.
+    """
+    if name is None:
+        return None
+    where = f"pretrain.init_from: {name!r}"
+    if name in params.hub_models or name in params.objectives or name == "random":
+        folder = models / name
+        if not folder.is_dir():  # init_from is never in compare (Params): an objective's folder is an earlier run's
+            how = (f"run `dvc repro import_model@{name}` first" if name in params.hub_models
+                   else "run `dvc repro init_random` first" if name == "random"
+                   else f"pretrain it first (with {name} in compare: `dvc repro pretrain@{name}`)")
+            raise SourceError(f"{where}: {folder} does not exist yet; {how}")
+        return folder
+    if Path(name).is_dir():
+        return Path(name)
+    if _hub_offline():
+        raise SourceError(f"{where} is not a hub_models name, a pipeline model or an existing folder; as a hub id "
+                          "it needs the network: run with HF_HUB_OFFLINE=0")
+    from huggingface_hub import snapshot_download
+
+    try:
+        return Path(snapshot_download(repo_id=name, allow_patterns=HUB_PATTERNS))
+    except Exception as exc:  # HTTP, repository-not-found and validation errors of huggingface_hub
+        line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise SourceError(f"{where}: cannot download it from the hub ({line})") from None
+
+
+def init_masked_lm(folder: Path, tokenizer, max_seq_length: int, seed: int,
+                   vocab_setting: str = "train") -> tuple[BertForMaskedLM, bool]:
+    """A ``BertForMaskedLM`` with the weights and the size (``config.json``) of the BERT
+    checkpoint in ``folder``, to continue pretraining it.
+
+    The checkpoint's MLM head is kept when it has one. A ``BertModel`` without one (e.g.
+    m3e-small) gets a fresh head: transform at BERT's init (normal, std 0.02; seeded with
+    ``seed``), output bias 0, decoder tied to the word embeddings as in BERT; HFL likewise
+    started Chinese BERT-wwm from BERT-base-chinese's weights (Cui et al. 2021, "Pre-Training
+    with Whole Word Masking for Chinese BERT", pretraining setup).
+    Loading goes through :func:`tasks.core.model_dir.load_model` (weights checked first;
+    safetensors, or ``.bin`` read with ``weights_only``: unpickling runs no code).
+
+    Args:
+        tokenizer: the tokenizer that tokenized the pretraining data (``models/tokenizer``).
+        max_seq_length: ``pretraining_data.max_seq_length`` (tokens).
+        vocab_setting: ``tokenizer.vocab``, named in the mismatch error.
+    Returns:
+        ``(model, had_mlm_head)``.
+    Raises:
+        SourceError: no readable BERT checkpoint in ``folder`` (missing or corrupt config,
+            weights or tokenizer, another model type, encoder weights missing or misshapen).
+        ParamsError: its vocabulary differs from ``tokenizer``'s, or it has fewer position
+            embeddings than ``max_seq_length``.
+    """
+    where = f"pretrain.init_from: {folder}"
+    try:
+        config = AutoConfig.from_pretrained(folder)
+    except (OSError, ValueError) as exc:
+        raise SourceError(f"{where}: no readable config.json ({str(exc).strip().splitlines()[0][:200]})") from None
+    if config.model_type != "bert":
+        raise SourceError(f"{where} is a {config.model_type!r} model; only BERT checkpoints (model_type bert) "
+                          "can be continued")
+    if config.max_position_embeddings < max_seq_length:
+        raise ParamsError(f"{where} has {config.max_position_embeddings} position embeddings, fewer than "
+                          f"pretraining_data.max_seq_length {max_seq_length}; lower it to "
+                          f"{config.max_position_embeddings} or use another checkpoint")
+    try:
+        theirs = load_tokenizer(folder).get_vocab()
+    except SourceError as exc:
+        raise SourceError(f"pretrain.init_from: {exc}") from None
+    if theirs != tokenizer.get_vocab() or config.vocab_size < len(tokenizer):
+        raise ParamsError(f"{where} has a vocabulary of {len(theirs)} tokens that differs from the {len(tokenizer)} "
+                          f"of {paths.TOKENIZER} (tokenizer.vocab: {vocab_setting}), which tokenized the pretraining "
+                          "data; set tokenizer.vocab to the source holding the checkpoint's vocab.txt (bert_vocab "
+                          "for Chinese BERT checkpoints) and rerun")
+    torch.manual_seed(seed)  # the fresh head, if any, is drawn here: same seed, same weights
+    try:
+        model, info = load_model(folder, lambda loc: BertForMaskedLM.from_pretrained(loc, output_loading_info=True))
+    except SourceError as exc:
+        raise SourceError(f"pretrain.init_from: {exc}") from None
+    missing = [k for k in info["missing_keys"] if not k.startswith("cls.")]
+    if missing or info.get("mismatched_keys"):
+        bad = (missing or [str(k) for k in info["mismatched_keys"]])[0]
+        raise SourceError(f"{where}: the checkpoint does not fit its own config ({len(missing)} encoder weights "
+                          f"missing, {len(info.get('mismatched_keys') or [])} of another shape, e.g. {bad})")
+    return model, not any(k.startswith("cls.") for k in info["missing_keys"])
+
+
+def prepare_model(model: PretrainingModel, cfg: Pretrain, device: torch.device) -> PretrainingModel:
+    """Apply ``cfg``'s GPU options to ``model`` before :func:`tasks.pretraining.pretrain.train`.
+
+    * ``tf32`` (CUDA only): :func:`tasks.training.device.set_tf32`;
+    * ``activation_checkpointing``: Hugging Face's ``activation_checkpointing_enable``, non-reentrant
+      (each layer's activations are recomputed in the backward pass: memory of one layer
+      instead of all, about a third more compute; Chen et al. 2016);
+    * ``compile``: ``torch.compile`` of the encoder in place (``nn.Module.compile``), so the
+      state dict, the checkpoints and the saved model keep their names.
+
+    With the defaults (everything but the CUDA-only switches off) a CPU model is untouched.
+    ``bf16`` and ``fused_adamw`` act inside ``train`` (``autocast``, ``optimizer_for``). Returns ``model``.
+    """
+    set_tf32(device, cfg.tf32)
+    if cfg.activation_checkpointing:
+        model.mlm.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    if cfg.compile:
+        model.mlm.bert.compile()
+    return model
 
 
 HEADS_FILE = "pretraining_heads.safetensors"  # PerLM / NSP / SOP heads, not part of the Hugging Face model

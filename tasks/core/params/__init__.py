@@ -23,21 +23,24 @@ from tasks.core.errors import ParamsError
 from tasks.core.params.base import _Strict
 from tasks.core.params.corpus import (Corpus, CorpusInput, HubSource, LocalSource, PackageFile, PackageSource,
                                       Segment, Source, Tokenizer)
+from tasks.core.params.execution import EXECUTOR_KINDS, Executor, Shards
 from tasks.core.params.downstream import (FAMILY_LOADERS, FAMILY_METRICS, SPLITS, DownstreamTask, Finetune, HubModel,
                                           TaskSplit, Training)
 from tasks.core.params.interpretability import (ATTENTION_ZONES, Ablation, Attributions, Probe, ProbeSplit,
                                                 ScalarMixParams)
 from tasks.core.params.multilingual import (MULTILINGUAL_FORMATS, ContinuedPretraining, Mixture, Multilingual,
                                             MultilingualInput, VocabExtension, VocabPruning)
-from tasks.core.params.pretraining import (MASKING_SCHEMES, SENTENCE_TASKS, ModelSize, Objective, Pretrain,
-                                           PretrainingData, Replacement, SimilarWordsSpec)
+from tasks.core.params.pretraining import (MASKING_SCHEMES, SENTENCE_TASKS, Distributed, ModelSize, Objective,
+                                           Pretrain, PretrainingData, Replacement, SimilarWordsSpec,
+                                           resolve_model_preset)
 
 __all__ = [
     "PARAMS_FILE", "Params", "load_params",
     "PackageFile", "PackageSource", "LocalSource", "HubSource", "Source",
     "CorpusInput", "Corpus", "Segment", "Tokenizer",
+    "EXECUTOR_KINDS", "Executor", "Shards",
     "MASKING_SCHEMES", "SENTENCE_TASKS", "Replacement", "Objective", "PretrainingData", "SimilarWordsSpec",
-    "ModelSize", "Pretrain",
+    "ModelSize", "Pretrain", "Distributed",
     "MULTILINGUAL_FORMATS", "MultilingualInput", "Mixture", "VocabExtension", "ContinuedPretraining",
     "VocabPruning", "Multilingual",
     "FAMILY_LOADERS", "FAMILY_METRICS", "SPLITS", "Training", "TaskSplit", "DownstreamTask", "Finetune", "HubModel",
@@ -52,13 +55,17 @@ class Params(_Strict):
     sources: dict[str, Source]
     corpus: Corpus
     segment: Segment
+    shards: Shards
+    executor: Executor
     tokenizer: Tokenizer
     similar_words: SimilarWordsSpec
     objectives: dict[str, Objective] = Field(min_length=1)
     compare: list[str] = Field(min_length=1, description="objectives to pretrain, fine-tune and compare")
     pretraining_data: PretrainingData
-    model: ModelSize
+    model_presets: dict[str, ModelSize] = Field(min_length=1, description="encoder sizes that model.preset picks")
+    model: ModelSize = Field(description="model_presets[model.preset] with the other keys of model as overrides")
     pretrain: Pretrain
+    distributed: Distributed
     tasks: dict[str, DownstreamTask] = Field(min_length=1)
     hub_models: dict[str, HubModel] = Field(default_factory=dict)
     finetune: Finetune
@@ -67,6 +74,11 @@ class Params(_Strict):
     probe: Probe
     scalar_mix: ScalarMixParams
     attributions: Attributions
+
+    @model_validator(mode="before")
+    @classmethod
+    def _model_preset(cls, raw):
+        return resolve_model_preset(raw)
 
     @model_validator(mode="after")
     def _references_resolve(self) -> "Params":
@@ -83,6 +95,9 @@ class Params(_Strict):
             raise ValueError(f"tokenizer.vocab: {self.tokenizer.vocab!r} is neither 'train' nor a source name")
         if self.similar_words.source not in self.sources:
             raise ValueError(f"similar_words.source: no source named {self.similar_words.source!r} in sources")
+        if self.pretrain.init_from in self.compare:
+            raise ValueError(f"pretrain.init_from: {self.pretrain.init_from!r} is in compare, so pretrain@"
+                             f"{self.pretrain.init_from} would start from its own output; name another model")
         for name in self.compare:
             if name not in self.objectives:
                 raise ValueError(f"compare: {name!r} is not an objective; objectives: {', '.join(self.objectives)}")

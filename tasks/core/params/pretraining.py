@@ -78,7 +78,6 @@ class PretrainingData(_Strict):
     ngram_probabilities: list[float] = Field(min_length=1, description="P(span of 1, 2, ... words), N-gram masking")
     dupe_factor: int = Field(ge=1, description="masked copies of the corpus (static masking only)")
     shard_size: int = Field(ge=1)
-    workers: int = Field(ge=1)
 
     @field_validator("ngram_probabilities")
     @classmethod
@@ -115,9 +114,33 @@ class ModelSize(_Strict):
         return self
 
 
+def resolve_model_preset(raw: dict) -> dict:
+    """``raw`` params with ``model: {preset: NAME, <overrides>}`` replaced by the row
+    ``model_presets.NAME`` updated with the overrides (a plain ``model`` mapping without
+    ``preset`` is left as it is), so that ``Params.model`` is always a :class:`ModelSize`.
+
+    Raises:
+        ValueError: (naming ``model.preset``) the preset is not a key of ``model_presets``.
+    """
+    model = raw.get("model") if isinstance(raw, dict) else None
+    if not isinstance(model, dict) or "preset" not in model:
+        return raw
+    presets = raw.get("model_presets") or {}
+    overrides = {k: v for k, v in model.items() if k != "preset"}
+    name = model["preset"]
+    if not isinstance(name, str) or not isinstance(presets.get(name), dict):
+        raise ValueError(f"model.preset: unknown preset {name!r}; model_presets declares: "
+                         f"{', '.join(map(str, presets)) or 'none'}")
+    return {**raw, "model": {**presets[name], **overrides}}
+
+
 class Pretrain(_Strict):
+    init_from: str | None = Field(None, description="null = random init; else a checkpoint to continue "
+                                                    "(tasks.pretraining.modeling.resolve_init_from)")
     token_budget: int = Field(ge=1, description="non-padding tokens to train on")
-    batch_size: int = Field(ge=1)
+    batch_size: int = Field(ge=1, description="global batch: examples per optimizer step over all processes and "
+                                              "accumulation steps")
+    accumulation_steps: int = Field(1, ge=1, description="micro-batches per process per optimizer step")
     learning_rate: float = Field(gt=0)
     warmup_fraction: float = Field(ge=0, lt=1)
     weight_decay: float = Field(ge=0)
@@ -125,3 +148,25 @@ class Pretrain(_Strict):
     log_every: int = Field(ge=1)
     checkpoint_every: int = Field(ge=1)
     device: str
+    # GPU options (tasks.pretraining.modeling.prepare_model); bf16, tf32, fused_adamw are no-ops on CPU
+    bf16: bool = Field(True, description="CUDA: bf16 autocast (mixed precision); CPU runs fp32 whatever this says")
+    tf32: bool = Field(True, description="CUDA: TF32 tensor cores for the fp32 matmuls left outside autocast")
+    fused_adamw: bool = Field(True, description="CUDA: the fused AdamW kernel (one launch for all parameters)")
+    compile: bool = Field(False, description="torch.compile the encoder (any device; the first steps compile)")
+    activation_checkpointing: bool = Field(False, description="recompute each layer's activations in the backward "
+                                                              "pass: less memory, about 1/3 more compute")
+
+
+class Distributed(_Strict):
+    """``torchrun`` processes of the training stages (:mod:`tasks.training.distributed`)."""
+
+    nproc_per_node: int = Field(ge=1, description="training processes per machine (DDP ranks)")
+    nnodes: int = Field(ge=1, description="machines")
+    rdzv_endpoint: str | None = Field(description="host:port of the rendezvous (node 0) when nnodes > 1")
+    rdzv_id: str = Field(description="job id shared by the nodes of one run")
+
+    @model_validator(mode="after")
+    def _endpoint_for_several_nodes(self) -> "Distributed":
+        if self.nnodes > 1 and not self.rdzv_endpoint:
+            raise ValueError("rdzv_endpoint: several nodes (nnodes > 1) need the host:port of node 0")
+        return self
