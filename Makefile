@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(abspath $(VENV))/bin
 export PATH := $(BIN):$(PATH)
 
-.PHONY: setup repro compare test bench pipeline clean-venv
+.PHONY: setup repro compare test bench gpu-check pipeline clean-venv
 
 setup: $(VENV)/.installed
 
@@ -31,6 +31,13 @@ compare: setup
 bench: setup
 	python benchmarks/pretraining_data.py
 	python benchmarks/attention_zones.py
+	python benchmarks/scale.py
+
+# The bert-base preset for 300 steps on CUDA, next to Hugging Face's Trainer: tokens/s, MFU,
+# peak memory (benchmarks/results/gpu_check.json). Without a GPU it says so and exits 0.
+# Needs a CUDA build of torch in .venv; STEPS=500 for a longer run.
+gpu-check: setup
+	python benchmarks/gpu_check.py --steps $(or $(STEPS),300)
 
 pipeline: setup
 	python -m flows.pipeline
