@@ -183,7 +183,7 @@ def test_crafted_checkpoint_runs_no_code_and_is_ignored(tmp_path):
 
 def test_fingerprint_covers_masking_params_and_data(tmp_path):
     data_params = PretrainingData(max_seq_length=64, masked_lm_prob=0.15, max_predictions_per_seq=10,
-                                  ngram_probabilities=[1.0], dupe_factor=1, shard_size=100, workers=1)
+                                  ngram_probabilities=[1.0], dupe_factor=1, shard_size=100)
     shard = tmp_path / "data" / "shard-00000.parquet"
     shard.parent.mkdir()
     shard.write_bytes(b"one")
