@@ -5,7 +5,7 @@ import sys
 from prefect import flow
 
 from tasks.core import paths
-from tasks.core.io import atomic_outputs, write_parquet
+from tasks.core.io import atomic_outputs
 from tasks.core.metrics import CorpusMetrics, write_metrics
 from tasks.core.params import load_params
 from tasks.core.stage import run_stage
@@ -16,9 +16,8 @@ from tasks.corpus.ingest import ingest_corpus, load_eval_sentences
 def ingest() -> None:
     params = load_params()
     eval_sentences = load_eval_sentences(paths.DOWNSTREAM, paths.EVAL_TEXTS_FILE)
-    table, stats = ingest_corpus(params.corpus, paths.RAW, eval_sentences)
     with atomic_outputs(paths.CORPUS, paths.stage_metrics("corpus")) as (corpus, metrics):
-        write_parquet(corpus, table)
+        stats = ingest_corpus(params.corpus, paths.RAW, eval_sentences, corpus, params.shards.rows)
         write_metrics(metrics, CorpusMetrics(**stats.to_dict()))
 
 

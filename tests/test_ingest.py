@@ -4,9 +4,12 @@ from pathlib import Path
 
 import pytest
 
+import pyarrow.parquet as pq
+
 from tasks.core.errors import SourceError
+from tasks.core.io import ParquetStream, write_parquet
 from tasks.core.text import join_words, normalise, split_sentences
-from tasks.corpus.ingest import build_corpus, read_documents, read_peoples_daily
+from tasks.corpus.ingest import SCHEMA, build_corpus, read_documents, read_peoples_daily
 
 PD_SAMPLE = (
     "迈向/v  充满/v  希望/n  的/u  新/a  世纪/n  （/w  附/v  图片/n  １/m  张/q  ）/w\n"
@@ -16,6 +19,13 @@ PD_SAMPLE = (
     "北京/ns  举行/v  音乐会/n\n"
     "今晚/t  的/u  长安街/ns  流光溢彩/l  。/w  观众/n  说/v  ：/w  “/w  好/a  ！/w  ”/w\n"
 )
+
+
+def build(tmp_path, inputs, eval_sentences=frozenset(), min_sentence_chars=2, rows=2):
+    """build_corpus into a Parquet file of ``rows``-row row groups; the table read back and the stats."""
+    with ParquetStream(tmp_path / "corpus.parquet", SCHEMA, rows) as out:
+        stats = build_corpus(inputs, set(eval_sentences), min_sentence_chars, out)
+    return pq.read_table(tmp_path / "corpus.parquet"), stats
 
 
 def test_normalise():
@@ -77,7 +87,7 @@ def test_parquet_format(tmp_path):
     pq.write_table(pa.table({"body": ["一。", None, "二。", ""]}), tmp_path / "c.parquet")
     docs = list(read_documents(tmp_path / "c.parquet", "auto", "body"))
     assert docs == [["一。"], [""], ["二。"], [""]]  # null and empty records reach build_corpus, which counts them
-    _, stats = build_corpus([("src", "zh", docs)], set(), 1)
+    _, stats = build(tmp_path, [("src", "zh", docs)], min_sentence_chars=1)
     assert stats.to_dict()["dropped"]["empty_records"] == 2
 
 
@@ -95,10 +105,10 @@ def test_malformed_records_name_the_line(tmp_path):
         read_documents(Path("x.bin"), "auto")
 
 
-def test_build_corpus_dedupes_filters_and_counts():
+def test_build_corpus_dedupes_filters_and_counts(tmp_path):
     docs = [["今天天气很好。我们去公园。"], ["  "], ["今天天气很好。我们去公园。"],
             ["这是测试集的句子。但这句不是。", "好"], ["这是测试集的句子。"]]
-    table, stats = build_corpus([("src", "zh", docs)], eval_sentences={"这是测试集的句子。"}, min_sentence_chars=2)
+    table, stats = build(tmp_path, [("src", "zh", docs)], eval_sentences={"这是测试集的句子。"})
     assert table.column("text").to_pylist() == ["今天天气很好。", "我们去公园。", "但这句不是。"]
     assert table.column("doc_id").to_pylist() == ["src-000000", "src-000000", "src-000001"]
     assert table.column("sent_id").to_pylist() == [0, 1, 0]
@@ -109,9 +119,9 @@ def test_build_corpus_dedupes_filters_and_counts():
                             "eval_overlap_sentences": 2, "short_sentences": 1}
 
 
-def test_zero_length_records_are_counted():
+def test_zero_length_records_are_counted(tmp_path):
     docs = [["好的句子。"], [""], ["\u200b\u3000"], ["\t \x07"], ["另一句话。"]]
-    table, stats = build_corpus([("src", "zh", docs)], set(), 2)
+    table, stats = build(tmp_path, [("src", "zh", docs)])
     assert table.num_rows == 2
     d = stats.to_dict()["dropped"]
     assert d["empty_records"] == 3 and d["empty_documents"] == 0
@@ -130,9 +140,9 @@ def test_json_lines_declared_as_txt_is_refused(tmp_path):
     assert len(list(read_documents(path, "txt"))) == 4
 
 
-def test_empty_corpus_names_the_sources():
+def test_empty_corpus_names_the_sources(tmp_path):
     with pytest.raises(SourceError, match="empty corpus.*source\\(s\\) a, b"):
-        build_corpus([("a", "zh", [["  "]]), ("b", "zh", [])], set(), 2)
+        build(tmp_path, [("a", "zh", [["  "]]), ("b", "zh", [])])
 
 
 def test_csv_documents_over_128_kb_are_read_and_csv_errors_named(tmp_path, monkeypatch):
@@ -147,3 +157,45 @@ def test_csv_documents_over_128_kb_are_read_and_csv_errors_named(tmp_path, monke
     bad.write_text(f'text\nfine\n"{long}"\n', encoding="utf-8")
     with pytest.raises(SourceError, match=r"bad.csv:\d+: unreadable CSV record"):
         list(read_documents(bad, "csv", "text"))
+
+
+def test_streamed_corpus_is_the_same_whatever_the_row_group_size(tmp_path):
+    """Sentences reach the output in corpus order, a row group of ``rows`` at a time: the
+    content never depends on the size, and one group as large as the corpus gives exactly
+    the bytes of writing the whole table at once."""
+    docs = [[f"第{i}篇文章的第一句。", f"第{i}篇的第二句！", "重复的句子。"] for i in range(40)]
+    docs += docs[:5]  # duplicates across row groups are still found
+    tables = {}
+    for rows in (1, 7, 1000):
+        (tmp_path / str(rows)).mkdir()
+        tables[rows], stats = build(tmp_path / str(rows), [("src", "zh", docs)], rows=rows)
+        assert stats.dropped_duplicate_documents == 5
+        groups = pq.ParquetFile(tmp_path / str(rows) / "corpus.parquet").metadata
+        assert [groups.row_group(g).num_rows for g in range(groups.num_row_groups)][:-1] == \
+            [rows] * (groups.num_row_groups - 1)
+    assert tables[1].equals(tables[7]) and tables[7].equals(tables[1000]) and tables[1].num_rows == 120
+    write_parquet(tmp_path / "whole.parquet", tables[1000])
+    assert (tmp_path / "whole.parquet").read_bytes() == (tmp_path / "1000" / "corpus.parquet").read_bytes()
+
+
+def test_dedupe_keys_are_stable_64_bit_hashes():
+    from tasks.core.text import text_hash
+
+    # the same on every machine and process (hash() is salted per process): a fixed value
+    assert text_hash("今天天气很好。") == text_hash("今天天气很好。") < 2**64
+    assert text_hash("今天天气很好。") != text_hash("今天天气很好！")
+    assert text_hash("") == int.from_bytes(bytes.fromhex("e4a6a0577479b2b4"), "little")
+
+
+def test_parquet_input_is_streamed_and_a_missing_column_named(tmp_path):
+    import pyarrow as pa
+
+    pq.write_table(pa.table({"text": [f"句子{i}。" for i in range(50_000)]}), tmp_path / "big.parquet",
+                   row_group_size=10_000)
+    docs = read_documents(tmp_path / "big.parquet", "parquet")
+    assert next(docs) == ["句子0。"] and sum(1 for _ in docs) == 49_999
+    with pytest.raises(SourceError, match=r"big.parquet: Parquet file has no column 'body'"):
+        list(read_documents(tmp_path / "big.parquet", "parquet", "body"))
+    (tmp_path / "bad.parquet").write_bytes(b"PAR1 not really")
+    with pytest.raises(SourceError, match=r"bad.parquet: not a readable Parquet file"):
+        list(read_documents(tmp_path / "bad.parquet", "parquet"))

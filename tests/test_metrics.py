@@ -159,8 +159,9 @@ def test_a_stage_value_the_model_does_not_declare_fails_before_writing():
 # --------------------------------------------------------------------------- the stages' own producers
 
 
-def test_the_producers_values_fit_their_models():
-    from tasks.corpus.ingest import build_corpus
+def test_the_producers_values_fit_their_models(tmp_path):
+    from tasks.core.io import ParquetStream
+    from tasks.corpus.ingest import SCHEMA, build_corpus
     from tasks.core.quality import Issues
     from tasks.downstream import cmrc_metric
     from tasks.downstream.classification import score
@@ -169,7 +170,8 @@ def test_the_producers_values_fit_their_models():
     from tasks.multilingual.resample import resample
 
     documents = [["今天天气很好。今天天气很好。", ""], ["今天天气很好。"]]  # a repeated sentence, an empty paragraph
-    _, stats = build_corpus([("s", "zh", documents)], set(), 2)
+    with ParquetStream(tmp_path / "corpus.parquet", SCHEMA, 10) as out:
+        stats = build_corpus([("s", "zh", documents)], set(), 2, out)
     assert CorpusMetrics(**stats.to_dict()).to_dict() == stats.to_dict()
     assert Malformed(**Issues("repair").to_dict()).policy == "repair"
     assert SeedSummary(**summarize([0.5, 0.7])).n == 2

@@ -94,6 +94,62 @@ def write_parquet(path: str | os.PathLike, table: pa.Table) -> None:
 PARQUET_OPTIONS = {"compression": "zstd", "use_dictionary": True, "write_statistics": True}
 
 
+class ParquetStream:
+    """Write a Parquet file from a stream of tables in row groups of exactly ``rows`` rows
+    (the last one shorter), holding at most one row group in memory. The bytes depend only
+    on the rows and ``rows``, never on how the producer batched them; settings are
+    :func:`write_parquet`'s. Write to a temporary (:func:`atomic_outputs`).
+
+    Example::
+
+        with ParquetStream(tmp, SCHEMA, rows=10_000) as out:
+            for table in produce():
+                out.write(table)
+        out.rows  # rows written
+    """
+
+    def __init__(self, path: str | os.PathLike, schema: pa.Schema, rows: int) -> None:
+        if rows < 1:
+            raise ValueError(f"rows per row group must be >= 1, got {rows}")
+        self.schema = parquet_table(schema.empty_table()).schema
+        self.row_group_rows = rows
+        self.rows = 0
+        self._pending: list[pa.Table] = []
+        self._pending_rows = 0
+        self._writer = pq.ParquetWriter(path, self.schema, **PARQUET_OPTIONS)
+
+    def write(self, table: pa.Table) -> None:
+        """Append ``table``'s rows (cast to the schema)."""
+        self._pending.append(table.cast(self.schema))
+        self._pending_rows += table.num_rows
+        while self._pending_rows >= self.row_group_rows:
+            self._flush(self.row_group_rows)
+
+    def _flush(self, n: int) -> None:
+        buffered = pa.concat_tables(self._pending)
+        # one chunk per column: the bytes of a row group depend on how its columns are chunked
+        self._writer.write_table(buffered.slice(0, n).combine_chunks(), row_group_size=n)
+        rest = buffered.slice(n)
+        self._pending, self._pending_rows = ([rest] if rest.num_rows else []), rest.num_rows
+        self.rows += n
+
+    def close(self) -> None:
+        if self._pending_rows:
+            self._flush(self._pending_rows)
+        elif not self.rows:
+            self._writer.write_table(self.schema.empty_table())
+        self._writer.close()
+
+    def __enter__(self) -> "ParquetStream":
+        return self
+
+    def __exit__(self, exc_type, *_) -> None:
+        if exc_type is None:
+            self.close()
+        else:  # the temporary is discarded by atomic_outputs; just release the file
+            self._writer.close()
+
+
 def parquet_table(table: pa.Table) -> pa.Table:
     """``table`` without pandas schema metadata, as :func:`write_parquet` stores it."""
     meta = {k: v for k, v in (table.schema.metadata or {}).items() if k != b"pandas"}

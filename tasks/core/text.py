@@ -7,6 +7,7 @@ also occurs in the corpus.
 
 from __future__ import annotations
 
+import hashlib
 import re
 import unicodedata
 
@@ -74,3 +75,12 @@ def join_words(words: list[str]) -> str:
             out.append(" ")
         out.append(w)
     return "".join(out)
+
+
+def text_hash(text: str) -> int:
+    """64-bit BLAKE2b digest of ``text``'s UTF-8 bytes, as an int: the key of exact
+    deduplication across shards (a set of these, not of the texts, is what grows with the
+    corpus). Unlike ``hash()``, it is the same in every process and on every machine. Two
+    distinct texts collide with probability 2^-64; among n texts, some pair does with
+    about n^2 / 2^65 (1e-7 for 2 million documents, about 1e9 characters)."""
+    return int.from_bytes(hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest(), "little")

@@ -19,12 +19,17 @@ evaluation text out of pretraining), every sentence shorter than
 ``corpus.min_sentence_chars``, and a document left with no sentence. All drops
 are counted in the stats (stage metrics ``dropped``). Blank lines of ``txt`` and
 ``jsonl`` files separate records and are not records themselves.
+
+Out of core: every reader streams its file and the sentences are written in row groups of
+``shards.rows`` rows as they come, so memory holds one row group, the evaluation
+sentences and the dedupe set: 64-bit hashes of the documents seen
+(:func:`tasks.core.text.text_hash`), about 60 bytes per kept document in a Python set,
+i.e. ~120 MB per billion characters of 500-character documents.
 """
 
 from __future__ import annotations
 
 import csv
-import io
 import itertools
 import json
 import re
@@ -37,10 +42,10 @@ import pyarrow.parquet as pq
 from prefect import get_run_logger
 
 from tasks.core.errors import SourceError
-from tasks.core.io import numbered_lines
+from tasks.core.io import ParquetStream, numbered_lines
 from tasks.core.paths import source_file
 from tasks.core.stage import stage_task
-from tasks.core.text import join_words, normalise, split_sentences
+from tasks.core.text import join_words, normalise, split_sentences, text_hash
 
 SCHEMA = pa.schema([("doc_id", pa.string()), ("sent_id", pa.int32()), ("lang", pa.string()),
                     ("source", pa.string()), ("text", pa.string())])
@@ -133,9 +138,9 @@ CSV_FIELD_LIMIT = 2**31 - 1
 
 
 def _read_csv(path: Path, text_field: str) -> Iterator[list[str]]:
-    text = "\n".join(line for _, line in numbered_lines(path))
     csv.field_size_limit(CSV_FIELD_LIMIT)
-    reader = csv.DictReader(io.StringIO(text))
+    # line ends as "\n": a quoted field spanning lines reads the same whatever the file's ends
+    reader = csv.DictReader(line + "\n" for _, line in numbered_lines(path))
     try:
         if reader.fieldnames is None or text_field not in reader.fieldnames:
             raise SourceError(f"{path}:1: CSV header has no column {text_field!r} (columns: {reader.fieldnames})")
@@ -149,13 +154,18 @@ def _read_csv(path: Path, text_field: str) -> Iterator[list[str]]:
 
 def _read_parquet(path: Path, text_field: str) -> Iterator[list[str]]:
     try:
-        column = pq.read_table(path, columns=[text_field]).column(text_field)
-    except (pa.ArrowInvalid, KeyError, OSError) as exc:
-        raise SourceError(f"{path}: cannot read column {text_field!r} from Parquet ({exc})") from None
-    for i, value in enumerate(column.to_pylist()):
-        if value is not None and not isinstance(value, str):
-            raise SourceError(f"{path}: row {i}: column {text_field!r} is not a string")
-        yield [value or ""]  # a null or empty record is counted as empty by build_corpus
+        pf = pq.ParquetFile(path)
+    except (pa.ArrowException, OSError) as exc:
+        raise SourceError(f"{path}: not a readable Parquet file ({exc})") from None
+    if text_field not in pf.schema_arrow.names:
+        raise SourceError(f"{path}: Parquet file has no column {text_field!r} (columns: {pf.schema_arrow.names})")
+    i = 0
+    for batch in pf.iter_batches(batch_size=1 << 14, columns=[text_field]):
+        for value in batch.column(0).to_pylist():
+            if value is not None and not isinstance(value, str):
+                raise SourceError(f"{path}: row {i}: column {text_field!r} is not a string")
+            yield [value or ""]  # a null or empty record is counted as empty by build_corpus
+            i += 1
 
 
 READERS = {"peoples_daily": lambda p, _f: read_peoples_daily(p), "txt": _read_txt, "jsonl": _read_jsonl,
@@ -209,24 +219,31 @@ class IngestStats:
 
 
 def build_corpus(inputs: Iterable[tuple[str, str, Iterable[list[str]]]], eval_sentences: set[str],
-                 min_sentence_chars: int) -> tuple[pa.Table, IngestStats]:
-    """Normalise, split, deduplicate and filter documents into a sentence table.
+                 min_sentence_chars: int, out: ParquetStream) -> IngestStats:
+    """Normalise, split, deduplicate and filter documents into a sentence table, streaming.
 
     Args:
         inputs: ``(source, lang, documents)`` triples; a document is a list of paragraphs.
         eval_sentences: normalised sentences of downstream evaluation splits, to remove.
         min_sentence_chars: shorter sentences are dropped.
+        out: where the sentences go (:data:`SCHEMA`), a row group at a time.
 
     Returns:
-        The sentence table (:data:`SCHEMA`) and the stats.
+        The stats.
 
     Raises:
         SourceError: no sentence is left (empty corpus).
     """
     stats = IngestStats()
-    seen_docs: set[str] = set()
+    seen_docs: set[int] = set()
     cols: dict[str, list] = {name: [] for name in SCHEMA.names}
     sources = []
+
+    def flush() -> None:
+        out.write(pa.table(cols, schema=SCHEMA))
+        for values in cols.values():
+            values.clear()
+
     for source, lang, documents in inputs:
         sources.append(source)
         for counter in (stats.documents, stats.sentences, stats.characters):
@@ -237,7 +254,7 @@ def build_corpus(inputs: Iterable[tuple[str, str, Iterable[list[str]]]], eval_se
             if not sentences:
                 stats.dropped_empty_records += 1
                 continue
-            key = "\n".join(sentences)
+            key = text_hash("\n".join(sentences))
             if key in seen_docs:
                 stats.dropped_duplicate_documents += 1
                 continue
@@ -264,21 +281,26 @@ def build_corpus(inputs: Iterable[tuple[str, str, Iterable[list[str]]]], eval_se
             stats.documents[lang] += 1
             stats.sentences[lang] += len(kept)
             stats.characters[lang] += sum(map(len, kept))
-    if not cols["text"]:
+            if len(cols["text"]) >= out.row_group_rows:
+                flush()
+    flush()
+    if not sum(stats.sentences.values()):
         raise SourceError(f"empty corpus: no sentence left after ingesting source(s) {', '.join(sources)}")
-    return pa.Table.from_pydict(cols, schema=SCHEMA), stats
+    return stats
 
 
 @stage_task
-def ingest_corpus(corpus, raw_dir: Path, eval_sentences: set[str]) -> tuple[pa.Table, IngestStats]:
+def ingest_corpus(corpus, raw_dir: Path, eval_sentences: set[str], output: Path, rows: int) -> IngestStats:
     """:func:`build_corpus` of every input of the ``corpus`` params, read from the acquired
-    files under ``raw_dir``."""
-    inputs = [(item.source, item.lang,
+    files under ``raw_dir``, written to ``output`` in row groups of ``rows`` rows (write to a
+    temporary: wrap in :func:`tasks.core.io.atomic_outputs`)."""
+    inputs = ((item.source, item.lang,
                read_documents(source_file(raw_dir, item.source, item.file), item.format, item.text_field))
-              for item in corpus.inputs]
-    table, stats = build_corpus(inputs, eval_sentences, corpus.min_sentence_chars)
+              for item in corpus.inputs)
+    with ParquetStream(output, SCHEMA, rows) as out:
+        stats = build_corpus(inputs, eval_sentences, corpus.min_sentence_chars, out)
     get_run_logger().info(f"corpus: {stats.to_dict()}")
-    return table, stats
+    return stats
 
 
 @stage_task
