@@ -7,7 +7,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tasks.core.errors import SourceError
-from tasks.core.io import atomic_outputs, numbered_lines, sha256_file, write_json, write_parquet
+from tasks.core.io import ParquetStream, atomic_outputs, numbered_lines, sha256_file, write_json, write_parquet
 from tasks.downstream.records import table_labels
 
 
@@ -65,3 +65,25 @@ def test_numbered_lines_names_file_line_and_byte_of_bad_utf8(tmp_path):
     path.write_bytes("好\n".encode() + b"ab\xff\n")
     with pytest.raises(SourceError, match=r"bad.txt:2: not valid UTF-8 \(invalid start byte at byte 2\)"):
         list(numbered_lines(path))
+
+
+def test_parquet_stream_bytes_depend_only_on_rows_and_group_size(tmp_path):
+    table = pa.table({"a": list(range(25)), "b": [f"文{i}" for i in range(25)]})
+    for name, batch in (("whole", 25), ("threes", 3), ("ones", 1)):
+        with ParquetStream(tmp_path / f"{name}.parquet", table.schema, 10) as out:
+            for i in range(0, 25, batch):
+                out.write(table.slice(i, batch))
+        assert out.rows == 25
+    assert (tmp_path / "whole.parquet").read_bytes() == (tmp_path / "threes.parquet").read_bytes() \
+        == (tmp_path / "ones.parquet").read_bytes()
+    meta = pq.ParquetFile(tmp_path / "ones.parquet").metadata
+    assert [meta.row_group(g).num_rows for g in range(meta.num_row_groups)] == [10, 10, 5]
+    assert pq.read_table(tmp_path / "ones.parquet").equals(table)
+    # a group as large as the data: exactly write_parquet's bytes; nothing written: an empty file
+    with ParquetStream(tmp_path / "big.parquet", table.schema, 100) as out:
+        out.write(table)
+    write_parquet(tmp_path / "ref.parquet", table)
+    assert (tmp_path / "big.parquet").read_bytes() == (tmp_path / "ref.parquet").read_bytes()
+    with ParquetStream(tmp_path / "empty.parquet", table.schema, 10):
+        pass
+    assert pq.read_table(tmp_path / "empty.parquet").schema.equals(table.schema)
