@@ -48,7 +48,7 @@ def pretraining_data(objective: str) -> None:
         stats.update(write_shards(
             packed, masking, out, objective=objective, seed=params.seed, dynamic=spec.dynamic,
             dupe_factor=cfg.dupe_factor, shard_size=cfg.shard_size, mask_token_id=tokenizer.mask_token_id,
-            random_token_ids=random_token_ids(tokenizer), similar=similar, workers=params.executor.workers))
+            random_token_ids=random_token_ids(tokenizer), similar=similar, executor=params.executor))
         get_run_logger().info(f"{objective}: {stats}")
         write_metrics(metrics, PretrainingDataMetrics(**stats))
 

@@ -13,6 +13,7 @@ import pyarrow.parquet as pq
 import torch
 
 from tasks.core.errors import SourceError
+from tasks.core.params import Executor
 from tasks.corpus.similar_words import lexicon_ids
 from tasks.pretraining.masking import MaskingConfig
 from tasks.pretraining.pretrain import DynamicMasker, PretrainingExamples
@@ -77,8 +78,8 @@ def test_shards_are_deterministic_and_decode(tmp_path):
     kwargs = dict(objective="wwm", seed=3, dupe_factor=2, shard_size=50, mask_token_id=MASK, dynamic=False,
                   random_token_ids=np.arange(1000, 2000, dtype=np.int32))
     cfg = MaskingConfig(scheme="wwm")
-    stats = write_shards.fn(packed, cfg, tmp_path / "a", workers=1, **kwargs)
-    write_shards.fn(packed, cfg, tmp_path / "b", workers=2, **kwargs)  # parallel: same bytes
+    stats = write_shards.fn(packed, cfg, tmp_path / "a", **kwargs)
+    write_shards.fn(packed, cfg, tmp_path / "b", executor=Executor(kind="processes", workers=2), **kwargs)  # same bytes
     files_a = sorted((tmp_path / "a").iterdir())
     assert [f.read_bytes() for f in files_a] == [f.read_bytes() for f in sorted((tmp_path / "b").iterdir())]
     assert stats["sequences"] == 2 * len(packed.lengths)
@@ -257,8 +258,9 @@ def test_shards_from_the_store_equal_shards_from_memory(tmp_path, dynamic):
     store.append(pairs)
     kwargs = dict(objective="x", seed=1, dupe_factor=2, shard_size=30, mask_token_id=MASK, dynamic=dynamic,
                   random_token_ids=np.arange(1000, 2000, dtype=np.int32))
-    a = write_shards.fn(pairs, MaskingConfig(scheme="wwm"), tmp_path / "a", workers=1, **kwargs)
-    b = write_shards.fn(store, MaskingConfig(scheme="wwm"), tmp_path / "b", workers=2, **kwargs)
+    a = write_shards.fn(pairs, MaskingConfig(scheme="wwm"), tmp_path / "a", **kwargs)
+    b = write_shards.fn(store, MaskingConfig(scheme="wwm"), tmp_path / "b",
+                        executor=Executor(kind="processes", workers=2), **kwargs)
     assert a == b
     files = sorted((tmp_path / "a").iterdir())
     assert [f.name for f in files] == [f.name for f in sorted((tmp_path / "b").iterdir())]
@@ -296,3 +298,23 @@ def test_memory_mapped_examples_give_the_batches_of_the_table_in_memory(tmp_path
         assert all(x[k].dtype == torch.int64 and torch.equal(x[k], y[k]) for k in x)
     with pytest.raises(IndexError):
         a.batch(np.array([len(a)]))
+
+
+def test_masking_on_a_dask_cluster_writes_the_same_shards(tmp_path, prefect_server):
+    """Each static shard is a Prefect task on Dask: same files as masking in this process."""
+    from distributed import LocalCluster
+
+    doc_ids, ids, words = sentences(120)
+    packed = pack_documents(doc_ids, ids, words, 64, CLS, SEP)
+    store = PackedStore(tmp_path / "packed", 64)
+    store.append(packed)
+    kwargs = dict(objective="mlm", seed=5, dupe_factor=2, shard_size=40, mask_token_id=MASK, dynamic=False,
+                  random_token_ids=np.arange(1000, 2000, dtype=np.int32))
+    local = write_shards.fn(store, MaskingConfig(scheme="mlm"), tmp_path / "local", **kwargs)
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
+        dask = write_shards.fn(store, MaskingConfig(scheme="mlm"), tmp_path / "dask",
+                               executor=Executor(kind="address", workers=2, address=cluster.scheduler_address),
+                               **kwargs)
+    assert local == dask and local["shards"] > 2
+    files = sorted((tmp_path / "local").iterdir())
+    assert [f.read_bytes() for f in files] == [(tmp_path / "dask" / f.name).read_bytes() for f in files]

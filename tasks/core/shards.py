@@ -32,7 +32,8 @@ or a ``multiprocessing.Pool`` whose workers die with the stage (``PR_SET_PDEATHS
 ``local_cluster`` and ``address`` run each shard as a Prefect task, with retries, through
 ``prefect_dask.DaskTaskRunner`` on a ``dask.distributed.LocalCluster`` or an existing
 scheduler (whose workers must see the same file system), so every shard shows in the
-Prefect UI.
+Prefect UI. :func:`map_tasks` is that executor for any list of jobs (pretraining data's
+masking runs its shards on it too).
 """
 
 from __future__ import annotations
@@ -199,21 +200,14 @@ def _process_shard_args(args: tuple) -> int:
     return process_shard(*args)
 
 
-# --------------------------------------------------------------------------- executors
+def _call(fn_job: tuple[Callable, Any]) -> Any:
+    fn, job = fn_job
+    return fn(job)
 
 
-def _run_processes(step: ShardedStep, source: Path, rows: int, pending: list[int], work: Path, workers: int) -> None:
-    if workers == 1 or len(pending) <= 1:
-        for index in pending:
-            process_shard(step, source, rows, index, work)
-        return
-    # multiprocessing.Pool, unlike ProcessPoolExecutor, terminates its workers when the block
-    # exits on an exception (a shard's error, Prefect's TerminationSignal on SIGTERM, Ctrl-C).
-    with multiprocessing.Pool(min(workers, len(pending)), initializer=die_with_parent,
-                              initargs=(os.getpid(),)) as pool:
-        for _ in pool.imap_unordered(_process_shard_args, [(step, source, rows, i, work) for i in pending],
-                                     chunksize=1):
-            pass
+def _run_job(fn: Callable[[Any], Any], job: Any, index: int) -> Any:
+    """One job as a Prefect task (``index`` names the task run)."""
+    return fn(job)
 
 
 def _task_runner(executor):
@@ -227,20 +221,38 @@ def _task_runner(executor):
                                           "processes": True})
 
 
-def _run_dask(step: ShardedStep, source: Path, rows: int, pending: list[int], work: Path, executor) -> None:
+def map_tasks(name: str, fn: Callable[[Any], Any], jobs: list, executor, indices: list[int] | None = None) -> list:
+    """``[fn(job) for job in jobs]`` on the executor (module docstring), results in job order.
+
+    Args:
+        name: the step, for Prefect's names: a flow ``<name>-shards`` of tasks
+            ``<name>-shard-NNNNN`` (``NNNNN``: the job's shard index, from ``indices``, by
+            default its position), each retried once (Dask executors).
+        fn: a module-level (picklable) function; ``jobs`` must be picklable too.
+        executor: the ``executor`` params (:class:`tasks.core.params.Executor`).
+    Raises:
+        whatever ``fn`` raises for the first failing job (after its retry on Dask).
+    """
+    if executor.kind == "processes":
+        if executor.workers == 1 or len(jobs) <= 1:
+            return [fn(job) for job in jobs]
+        # multiprocessing.Pool, unlike ProcessPoolExecutor, terminates its workers when the block
+        # exits on an exception (a job's error, Prefect's TerminationSignal on SIGTERM, Ctrl-C).
+        with multiprocessing.Pool(min(executor.workers, len(jobs)), initializer=die_with_parent,
+                                  initargs=(os.getpid(),)) as pool:
+            return pool.map(_call, [(fn, job) for job in jobs], chunksize=1)
+
     from prefect import flow
 
     from tasks.core.stage import stage_task
 
-    shard_task = stage_task(process_shard, name=f"{step.name}-shard", retries=1,
-                            task_run_name=f"{step.name}-shard-{{index:05d}}")
+    task = stage_task(_run_job, name=f"{name}-shard", retries=1, task_run_name=f"{name}-shard-{{index:05d}}")
 
-    def run_all() -> None:
-        futures = [shard_task.submit(step, source, rows, index, work) for index in pending]
-        for future in futures:
-            future.result()  # re-raises a shard's error after its retries
+    def run_all() -> list:
+        futures = [task.submit(fn, job, i) for i, job in zip(indices or range(len(jobs)), jobs)]
+        return [future.result() for future in futures]  # re-raises a job's error after its retry
 
-    flow(run_all, name=f"{step.name}-shards", task_runner=_task_runner(executor))()
+    return flow(run_all, name=f"{name}-shards", task_runner=_task_runner(executor))()
 
 
 # --------------------------------------------------------------------------- the step
@@ -291,11 +303,8 @@ def run_shards(step: ShardedStep, source: str | os.PathLike, output: str | os.Pa
     pending = [i for i in range(shards) if not _done(work, i)]
     _log().info(f"{step.name}: {shards} shards of {rows} rows, {shards - len(pending)} done by an earlier run, "
                 f"{len(pending)} to run on {executor.address or f'{executor.kind} x{executor.workers}'} ({work})")
-    if pending:
-        if executor.kind == "processes":
-            _run_processes(step, source, rows, pending, work, executor.workers)
-        else:
-            _run_dask(step, source, rows, pending, work, executor)
+    map_tasks(step.name, _process_shard_args, [(step, source, rows, index, work) for index in pending], executor,
+              indices=pending)
     return ShardRun(work=work, shards=shards, processed=len(pending))
 
 

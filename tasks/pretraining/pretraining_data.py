@@ -42,7 +42,6 @@ sentence_label    int8            NSP: 1 = B is from another document; SOP: 1 = 
 
 from __future__ import annotations
 
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Iterator
@@ -54,6 +53,7 @@ import pyarrow.parquet as pq
 from tasks.core.errors import SourceError
 from tasks.core.params import Objective, PretrainingData
 from tasks.core.rng import named_rng
+from tasks.core.shards import map_tasks
 from tasks.core.stage import stage_task
 from tasks.corpus.similar_words import SimilarWords, lexicon_ids
 from tasks.pretraining.masking import MaskingConfig, mask_batch
@@ -510,14 +510,16 @@ def _mask_shard(args) -> dict:
 @stage_task
 def write_shards(packed: Packed | PackedStore, config: MaskingConfig, out_dir: Path, *, objective: str, seed: int,
                  dynamic: bool, dupe_factor: int, shard_size: int, mask_token_id: int,
-                 random_token_ids: np.ndarray, similar: SimilarWords | None = None, workers: int = 1) -> dict:
+                 random_token_ids: np.ndarray, similar: SimilarWords | None = None, executor=None) -> dict:
     """Write the pretraining shards of an objective: ``dupe_factor`` masked copies (static), or
     the uncorrupted rows once (dynamic; masks are drawn at batch time).
 
-    Static shards are masked in parallel, each worker reading its ``shard_size``
-    rows from ``packed`` (a :class:`PackedStore`: memory holds ``workers`` shards)
-    and writing its file; each shard's generator is a pure function of (seed,
-    objective, copy, shard) (:func:`shard_rng`), so the bytes do not depend on ``workers``.
+    Static shards are masked in parallel on the ``executor`` params
+    (:func:`tasks.core.shards.map_tasks`: local processes, or Prefect tasks on Dask; ``None``:
+    this process), each worker reading its ``shard_size`` rows from ``packed`` (a
+    :class:`PackedStore`: memory holds one shard per worker) and writing its file; each
+    shard's generator is a pure function of (seed, objective, copy, shard)
+    (:func:`shard_rng`), so the bytes depend on neither the executor nor its workers.
 
     Returns:
         Stats: sequences, tokens, and (static) the chosen tokens and their
@@ -547,11 +549,8 @@ def write_shards(packed: Packed | PackedStore, config: MaskingConfig, out_dir: P
             (packed.rows(sl), slice(None), out_dir / f"shard-{copy * len(shards) + shard:05d}.arrow", config,
              (seed, objective, copy, shard), mask_token_id, random_token_ids, similar, with_pairs)
             for copy in range(dupe_factor) for shard, sl in enumerate(shards)]
-    if workers > 1 and len(jobs) > 1:
-        with ProcessPoolExecutor(workers) as pool:
-            results = list(pool.map(_mask_shard, jobs))
-    else:
-        results = [_mask_shard(job) for job in jobs]
+    results = (map_tasks(f"pretraining_data@{objective}", _mask_shard, jobs, executor) if executor is not None
+               else [_mask_shard(job) for job in jobs])
     totals: dict[str, int] = {}
     for stats in results:
         for k, v in stats.items():
