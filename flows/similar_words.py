@@ -4,7 +4,6 @@ neighbours by word-vector cosine) that Mac, MLM as correction, replaces words wi
 import sys
 import time
 
-import pyarrow.parquet as pq
 from prefect import flow, get_run_logger
 from transformers import AutoTokenizer
 
@@ -14,7 +13,7 @@ from tasks.core.metrics import SimilarWordsMetrics, write_metrics
 from tasks.core.params import load_params
 from tasks.core.paths import source_file
 from tasks.core.stage import run_stage
-from tasks.corpus.similar_words import build_lexicon, load_word_vectors
+from tasks.corpus.similar_words import build_lexicon, corpus_word_counts, load_word_vectors
 
 
 @flow(name="similar_words")
@@ -22,9 +21,8 @@ def similar_words() -> None:
     spec = load_params().similar_words
     start = time.perf_counter()
     words, vectors = load_word_vectors(source_file(paths.RAW, spec.source, spec.file))
-    corpus_words = pq.read_table(paths.SEGMENTED, columns=["words"]).column("words").combine_chunks().flatten()
     tokenizer = AutoTokenizer.from_pretrained(paths.TOKENIZER)
-    table, stats = build_lexicon(corpus_words, words, vectors, tokenizer, spec.neighbours)
+    table, stats = build_lexicon(corpus_word_counts(paths.SEGMENTED), words, vectors, tokenizer, spec.neighbours)
     stats["wall_sec"] = round(time.perf_counter() - start, 2)
     get_run_logger().info(f"similar words: {stats}")
     with atomic_outputs(paths.LEXICON, paths.stage_metrics("similar_words")) as (out, metrics):

@@ -12,12 +12,13 @@ import pickle
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 
 from tasks.core.errors import SourceError
 from tasks.corpus import similar_words as sw
 from tasks.corpus.similar_words import (build_lexicon, lexicon_ids, load_word_vectors, nearest_neighbours, quantise,
-                                        similar_words_from_table)
+                                        similar_words_from_table, word_counts)
 from tasks.corpus.tokenize import SPECIAL_TOKENS, load_vocab_tokenizer
 from tests.conftest import DATA
 
@@ -67,7 +68,7 @@ def test_lexicon_keeps_same_length_candidates_in_similarity_order(tmp_path, toke
              "元旦 0 0.8 0.2", "朝代 0.85 0.1 0", "家 1 0.01 0"]
     words, vectors = load_word_vectors.fn(write_model(tmp_path / "v.model", lines))
     corpus = pa.array(["国家", "新年", "国家", "没有", "朝代"])
-    table, stats = build_lexicon.fn(corpus, words, vectors, tokenizer, neighbours=3)
+    table, stats = build_lexicon.fn(word_counts([corpus]), words, vectors, tokenizer, neighbours=3)
     rows = {r["word"]: r for r in table.to_pylist()}
     assert list(rows) == ["国家", "新年", "朝代"]  # corpus words with a vector, first-seen order
     # 国家's 3 nearest: 家 (1 token), 中华人 (3 tokens), 政府 (2 tokens): only 政府 has its length
@@ -143,10 +144,10 @@ def test_sample_lexicon_is_machine_independent(tmp_path, monkeypatch):
     corpus = pa.array(words[::-1] + words[:100])  # every sample word, repeats allowed
 
     def build(vectors=vectors):
-        return lexicon_digest(build_lexicon.fn(corpus, words, vectors, tokenizer, neighbours=10)[0])
+        return lexicon_digest(build_lexicon.fn(word_counts([corpus]), words, vectors, tokenizer, neighbours=10)[0])
 
     digest = build()
-    table, _ = build_lexicon.fn(corpus, words, vectors, tokenizer, neighbours=10)
+    table, _ = build_lexicon.fn(word_counts([corpus]), words, vectors, tokenizer, neighbours=10)
     row = table.to_pylist()[table.column("word").to_pylist().index("中国")]
     assert row["similar"][:2] == ["全国", "国内"] and row["similarity"][:2] == [1.0, 1.0]
     sims = table.column("similarity").to_pylist()
@@ -162,3 +163,12 @@ def test_sample_lexicon_is_machine_independent(tmp_path, monkeypatch):
     monkeypatch.setattr(sw, "nearest_neighbours", functools.partial(nearest_neighbours, block=7))
     assert build() == digest  # other query chunks
     assert digest == SAMPLE_LEXICON_SHA256
+
+
+def test_word_counts_stream_keeps_first_seen_order_and_totals():
+    words = ["国家", "新年", "国家", "没有", "朝代", "新年", "国家", "春节"]
+    expected = pc.value_counts(pa.array(words))
+    for size in (1, 3, 8):
+        distinct, freq = word_counts(pa.array(words[i:i + size]) for i in range(0, len(words), size))
+        assert distinct == expected.field("values").to_pylist() == ["国家", "新年", "没有", "朝代", "春节"]
+        assert freq.tolist() == expected.field("counts").to_pylist() == [3, 2, 1, 1, 1]

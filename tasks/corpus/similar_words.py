@@ -39,10 +39,12 @@ import io
 import pickle
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterable
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 from transformers import PreTrainedTokenizerBase
 
 from tasks.core.errors import SourceError
@@ -203,22 +205,44 @@ def nearest_neighbours(query: np.ndarray, vectors: np.ndarray, k: int,
     return index, score
 
 
+def word_counts(chunks: Iterable[pa.Array]) -> tuple[list[str], np.ndarray]:
+    """Distinct words of a stream of flat string arrays, in first-seen order, with their counts
+    (``int64 [n_distinct]``). Memory holds one chunk and the distinct words (which grow far
+    slower than the corpus), never the corpus."""
+    index: dict[str, int] = {}
+    freq: list[int] = []
+    for chunk in chunks:
+        counts = pc.value_counts(chunk)  # first-seen order within the chunk
+        for word, n in zip(counts.field("values").to_pylist(), counts.field("counts").to_pylist()):
+            i = index.setdefault(word, len(freq))
+            if i == len(freq):
+                freq.append(n)
+            else:
+                freq[i] += n
+    return list(index), np.asarray(freq, dtype=np.int64)
+
+
+def corpus_word_counts(segmented: Path, batch_rows: int = 1 << 14) -> tuple[list[str], np.ndarray]:
+    """:func:`word_counts` of the ``words`` column of the segmented corpus, read by record batches."""
+    batches = pq.ParquetFile(segmented).iter_batches(batch_size=batch_rows, columns=["words"])
+    return word_counts(batch.column(0).flatten() for batch in batches)
+
+
 @stage_task
-def build_lexicon(corpus_words: pa.ChunkedArray | pa.Array, words: list[str], vectors: np.ndarray,
+def build_lexicon(counts: tuple[list[str], np.ndarray], words: list[str], vectors: np.ndarray,
                   tokenizer: PreTrainedTokenizerBase, neighbours: int) -> tuple[pa.Table, dict]:
     """The similar-word lexicon of the corpus words (rules in the module docstring).
 
     Args:
-        corpus_words: the segmented corpus's words (a flat string array, repeats allowed).
+        counts: the corpus's distinct words, first-seen order, and their counts
+            (:func:`word_counts`).
         words, vectors: the word-vector table (:func:`load_word_vectors`).
         neighbours: how many nearest neighbours to consider per word.
     Returns:
         ``(table, stats)``: the lexicon (``LEXICON_SCHEMA``, corpus words in
         first-seen order) and coverage statistics.
     """
-    counts = pc.value_counts(corpus_words)
-    distinct = counts.field("values").to_pylist()
-    freq = np.asarray(counts.field("counts"))
+    distinct, freq = counts
     row_of = {w: i for i, w in enumerate(words)}
     in_vectors = np.array([w in row_of for w in distinct], dtype=bool)
     query_words = [w for w, ok in zip(distinct, in_vectors) if ok]
