@@ -30,6 +30,7 @@ compare: setup
 
 bench: setup
 	python benchmarks/pretraining_data.py
+	python benchmarks/batching.py
 	python benchmarks/attention_zones.py
 	python benchmarks/scale.py
 

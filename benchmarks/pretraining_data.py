@@ -1,8 +1,10 @@
 """Throughput of the data-generation hot path: segmentation and every masking objective,
 as the pipeline does it (``tasks/``) and the naive way, on the same real input, as a ratio.
 
-* segment: jieba precise mode over the corpus sentences; the pipeline's
-  ``segment_texts`` (a process per core) vs a plain ``jieba.lcut`` loop.
+* segment: jieba precise mode over the corpus sentences; the ``segment`` stage's path
+  (:func:`tasks.corpus.segment.segment_step` run by :func:`tasks.core.shards.run_shards` on
+  ``executor.workers`` processes in shards of ``shards.rows``, then ``write_output``) vs a
+  plain ``jieba.lcut`` loop.
 * mask: packed rows of the pipeline's corpus masked with each objective; the
   pipeline's vectorised :func:`tasks.pretraining.masking.mask_batch` (one NumPy call per batch)
   vs a per-example Python loop written the way the retired transformers
@@ -22,16 +24,20 @@ from __future__ import annotations
 import argparse
 import random
 import sys
+import tempfile
 import time
 import tracemalloc
+from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
 from transformers import AutoTokenizer
 
 from tasks.core import paths
-from tasks.core.params import load_params
-from tasks.corpus.segment import segment_texts
+from tasks.core.io import write_parquet
+from tasks.core.params import Executor, load_params
+from tasks.core.shards import run_shards, write_output
+from tasks.corpus.segment import segment_step
 from tasks.corpus.similar_words import lexicon_ids, similar_words_from_table
 from tasks.corpus.tokenize import random_token_ids
 from tasks.pretraining.masking import MaskingConfig, mask_batch
@@ -40,6 +46,15 @@ from tasks.pretraining.pretraining_data import masking_config, pack_documents
 from results import write_results  # benchmarks/results.py (scripts run from their folder)
 
 OBJECTIVES = ["mlm", "wwm", "ngram", "mac", "perlm"]
+
+
+def segment_like_the_stage(source: Path, rows: int, workers: int, *, hmm: bool, user_dict: str | None) -> None:
+    """What the ``segment`` stage does to ``source`` (a sentence table, Parquet): its sharded
+    step on a pool of ``workers`` processes, then the one output file (beside ``source``)."""
+    step = segment_step(pq.read_schema(source), hmm=hmm, user_dict=user_dict)
+    output = source.with_name("segmented.parquet")
+    run = run_shards(step, source, output, rows, Executor(kind="processes", workers=workers))
+    write_output(run, step.schema, output)
 
 
 def best_time(fn, repeats: int) -> float:
@@ -142,13 +157,18 @@ def main() -> None:
     params = load_params()
 
     segmented = pq.read_table(paths.SEGMENTED)
-    texts = segmented.column("text").to_pylist()[: args.sentences]
+    corpus = segmented.drop_columns(["words"]).slice(0, args.sentences)
+    texts = corpus.column("text").to_pylist()
     chars = sum(map(len, texts))
     import jieba
 
     jieba.setLogLevel(60)
     jieba.initialize()
-    ours = best_time(lambda: segment_texts(texts, workers=params.executor.workers), 1)
+    with tempfile.TemporaryDirectory() as tmp:  # fresh: no completed shard of an earlier run to skip
+        source = Path(tmp) / "corpus.parquet"
+        write_parquet(source, corpus)
+        ours = best_time(lambda: segment_like_the_stage(source, params.shards.rows, params.executor.workers,
+                                                        hmm=params.segment.hmm, user_dict=params.segment.user_dict), 1)
     naive = best_time(lambda: [jieba.lcut(t) for t in texts], 1)
     print(f"segment ({len(texts):,} sentences, {chars:,} chars): pipeline {chars / ours:,.0f} chars/s "
           f"({params.executor.workers} processes), naive loop {chars / naive:,.0f} chars/s, x{naive / ours:.1f}")
@@ -199,7 +219,8 @@ def main() -> None:
                                    "peak_mb": round(peak / 2**20, 1), "naive_chars_per_sec": round(row_chars / naive),
                                    "speedup": round(naive / ours, 2)}
     write_results("pretraining_data", {"rows": args.rows, "sentences": args.sentences, "repeats": args.repeats,
-                                       "segment_workers": params.executor.workers}, figures)
+                                       "segment_workers": params.executor.workers,
+                                       "segment_shard_rows": params.shards.rows}, figures)
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 schedule, the data order, and resuming after a kill reproduces the uninterrupted run."""
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pyarrow as pa
@@ -13,7 +14,7 @@ from tasks.core.params import Pretrain, PretrainingData
 from tasks.pretraining.masking import MaskingConfig, mask_batch
 from tasks.pretraining.modeling import PretrainingModel
 from tasks.pretraining.pretrain import DynamicMasker, PretrainingExamples, checkpoint_fingerprint, train
-from tasks.training.batching import BatchSchedule
+from tasks.training.batching import BatchSchedule, RaggedTake, pad_batch
 from tasks.training.optim import learning_rate
 
 
@@ -272,3 +273,118 @@ def test_perlm_and_sentence_heads_train(tmp_path):
                     checkpoint=tmp_path / "last.pt", fingerprint="f", log=lambda _: None)
     assert summary["final_sentence_accuracy"] is not None and summary["final_loss"] < summary["rows"][0]["loss"]
     assert set(model.extra_heads()) >= {"position_head.decoder.weight", "sentence_head.classifier.weight"}
+
+
+def take_ragged_reference(values, offsets, chunk, row):
+    """The former gather of a batch, a Python loop over its examples: the reference of RaggedTake."""
+    parts = [values[c][offsets[c][r]:offsets[c][r + 1]] for c, r in zip(np.asarray(chunk).tolist(),
+                                                                          np.asarray(row).tolist())]
+    out_offsets = np.zeros(len(parts) + 1, dtype=np.int64)
+    np.cumsum([len(p) for p in parts], out=out_offsets[1:])
+    dtype = values[0].dtype if len(values) else np.int32
+    return (np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)), out_offsets
+
+
+def batch_reference(data, index, step=0):
+    """PretrainingExamples.batch as it was, one reference gather per column."""
+    take = take_ragged_reference
+    index = np.asarray(index)
+    chunk = np.searchsorted(data.chunk_starts, index, side="right") - 1
+    row, local = index - data.chunk_starts[chunk], np.arange(len(index))
+    flat_ids, offsets = take(data.ids, data.id_offsets, chunk, row)
+    ids, valid = pad_batch(flat_ids, offsets, local)
+    if data.masker is None:
+        cols, label_offsets = take(data.positions, data.label_offsets, chunk, row)
+        labels = take(data.labels, data.label_offsets, chunk, row)[0]
+        rows = np.repeat(local, np.diff(label_offsets))
+    else:
+        words = pad_batch(take(data.word_ids, data.id_offsets, chunk, row)[0], offsets, local, pad_value=-1)[0]
+        lex = (pad_batch(take(data.lex_ids, data.id_offsets, chunk, row)[0], offsets, local, pad_value=-1)[0]
+               if data.lex_ids is not None else None)
+        masked = data.masker(ids, words, lex, step)
+        rows, cols = np.nonzero(masked.chosen)
+        ids, labels = masked.input_ids, masked.labels[rows, cols]
+    out = {"input_ids": ids, "attention_mask": valid, "rows": rows, "cols": cols, "labels": labels,
+           "token_type_ids": np.zeros_like(ids)}
+    return {k: torch.from_numpy(np.asarray(v).astype(np.int64)) for k, v in out.items()}
+
+
+def ragged_chunks(rng, chunks, max_rows=6, max_length=5):
+    """Random chunked ragged columns: int32 and int8 values sharing offsets (int32, as Arrow's),
+    with empty examples and empty chunks."""
+    offsets, values, small = [], [], []
+    for _ in range(chunks):
+        lengths = rng.integers(0, max_length + 1, int(rng.integers(0, max_rows + 1)))
+        offsets.append(np.r_[0, np.cumsum(lengths)].astype(np.int32))
+        values.append(rng.integers(-50, 50, int(lengths.sum())).astype(np.int32))
+        small.append(values[-1].astype(np.int8))
+    return offsets, values, small
+
+
+def test_ragged_take_gives_the_arrays_of_the_per_example_loop():
+    rng = np.random.default_rng(0)
+    cases = 0
+    for _ in range(300):
+        offsets, values, small = ragged_chunks(rng, int(rng.integers(1, 6)))
+        where = [(c, r) for c, o in enumerate(offsets) for r in range(len(o) - 1)]
+        if not where:
+            continue
+        size = int(rng.choice([0, 1, 2, 8, 20]))
+        picks = [where[i] for i in rng.integers(0, len(where), size)]  # repeats, any chunk order
+        chunk, row = np.array([p[0] for p in picks], dtype=np.int64), np.array([p[1] for p in picks], dtype=np.int64)
+        take = RaggedTake(offsets, chunk, row)
+        for column in (values, small):
+            ref, ref_offsets = take_ragged_reference(column, offsets, chunk, row)
+            got = take(column)
+            assert got.dtype == ref.dtype and np.array_equal(got, ref)
+            assert take.offsets.dtype == ref_offsets.dtype and np.array_equal(take.offsets, ref_offsets)
+        cases += 1
+    assert cases > 250
+    offsets, values, _ = ragged_chunks(np.random.default_rng(1), 3, max_rows=4)
+    offsets[1] = np.zeros(3, np.int32)  # a chunk of empty examples only
+    values[1] = values[1][:0]
+    got = RaggedTake(offsets, [1, 1], [1, 0])
+    assert got(values).dtype == np.int32 and len(got(values)) == 0 and got.offsets.tolist() == [0, 0, 0]
+    for chunk, row in [([0], [len(offsets[0])]), ([3], [0]), ([0], [-1]), ([-1], [0])]:
+        with pytest.raises(IndexError):
+            RaggedTake(offsets, chunk, row)(values)
+
+
+def test_batch_gives_the_tensors_of_the_per_example_loop():
+    """Static and dynamic examples over several chunks (batches across chunk boundaries, empty
+    label lists): batch() gives exactly what the former per-column, per-example gather gave."""
+    rng = np.random.default_rng(2)
+    batches = []
+    for c in range(4):
+        rows = {"input_ids": [], "masked_positions": [], "masked_labels": []}
+        for _ in range(int(rng.integers(1, 7))):
+            length = int(rng.integers(2, 12))
+            pos = np.sort(rng.choice(length, int(rng.integers(0, 3)), replace=False))
+            rows["input_ids"].append(rng.integers(5, 60, length).tolist())
+            rows["masked_positions"].append(pos.tolist())
+            rows["masked_labels"].append(rng.integers(5, 60, len(pos)).tolist())
+        batches.extend(pa.table(rows, schema=pa.schema([(k, pa.list_(pa.int32())) for k in rows])).to_batches())
+    static = PretrainingExamples.from_table(pa.Table.from_batches(batches))
+    assert len(static.ids) == 4
+
+    seen = []
+
+    def record(ids, words, lex, step):  # a masker that shows what it was given
+        seen.append((ids, words, lex))
+        return SimpleNamespace(chosen=words > 3, input_ids=ids + step, labels=lex)
+
+    ids = static.ids
+    words = [(i % 7).astype(np.int32) for i in ids]
+    lex = [(i * 3 - 100).astype(np.int32) for i in ids]
+    dynamic = PretrainingExamples(ids, static.id_offsets, word_ids=words, lex_ids=lex, masker=record)
+    edges = [np.array([0]), np.array([len(static) - 1, 0]), np.zeros(0, np.int64),
+             np.arange(len(static))[::-1], np.arange(len(static))]
+    for step, index in enumerate([*edges, *rng.integers(0, len(static), (30, 6))]):
+        for data in (static, dynamic):
+            x, y = data.batch(index, step), batch_reference(data, index, step)
+            assert x.keys() == y.keys() and all(torch.equal(x[k], y[k]) for k in x)
+        (new_ids, new_words, new_lex), (old_ids, old_words, old_lex) = seen[-2:]
+        assert all(a.dtype == b.dtype and np.array_equal(a, b) for a, b in
+                   [(new_ids, old_ids), (new_words, old_words), (new_lex, old_lex)])
+    with pytest.raises(IndexError):
+        static.batch(np.array([-1]))

@@ -12,27 +12,23 @@ from __future__ import annotations
 
 import json
 import logging
-import multiprocessing
-import os
 from pathlib import Path
 
 import pyarrow as pa
 
 from tasks.core.errors import SourceError
 from tasks.core.io import sha256_file
-from tasks.core.shards import ShardedStep, die_with_parent
+from tasks.core.shards import ShardedStep
 
 _tokenizer = None
 _loaded = None  # the user dictionary _tokenizer was built with (a worker keeps it for every shard)
-_hmm = True
 
 
-def _init_worker(user_dict: str | None, hmm: bool, parent: int | None = None) -> None:
-    global _tokenizer, _loaded, _hmm
+def _tokenizer_for(user_dict: str | None):
+    """This process's jieba tokenizer with ``user_dict`` loaded, built once per process and dictionary."""
+    global _tokenizer, _loaded
     import jieba
 
-    if parent is not None:
-        die_with_parent(parent)
     if _tokenizer is None or _loaded != user_dict:
         jieba.setLogLevel(logging.WARNING)
         tokenizer = jieba.Tokenizer()
@@ -40,46 +36,15 @@ def _init_worker(user_dict: str | None, hmm: bool, parent: int | None = None) ->
         if user_dict:
             tokenizer.load_userdict(user_dict)
         _tokenizer, _loaded = tokenizer, user_dict
-    _hmm = hmm
-
-
-def _cut_chunk(texts: list[str]) -> list[list[str]]:
-    return [list(_tokenizer.cut(t, cut_all=False, HMM=_hmm)) for t in texts]
-
-
-def segment_texts(texts: list[str], *, hmm: bool = True, user_dict: str | None = None, workers: int = 1,
-                  chunk_size: int = 4000) -> list[list[str]]:
-    """Segment every text into words with jieba's precise mode.
-
-    Args:
-        texts: the sentences.
-        hmm: let jieba's HMM join unknown words.
-        user_dict: a jieba user dictionary file (``word [freq] [pos]`` lines).
-        workers: processes; each loads its own jieba dictionary.
-    Returns:
-        One list of words per text, in input order; each joins back to its text.
-    Raises:
-        SourceError: the user dictionary is missing.
-    """
-    if user_dict and not Path(user_dict).is_file():
-        raise SourceError(f"segment.user_dict: {user_dict} does not exist")
-    chunks = [texts[i:i + chunk_size] for i in range(0, len(texts), chunk_size)]
-    if workers == 1 or len(chunks) == 1:
-        _init_worker(user_dict, hmm)
-        return [words for chunk in chunks for words in _cut_chunk(chunk)]
-    # multiprocessing.Pool, unlike ProcessPoolExecutor, terminates its workers when the
-    # block exits on an exception (Prefect's TerminationSignal on SIGTERM, Ctrl-C)
-    # instead of waiting for every queued chunk; map() keeps the input order.
-    with multiprocessing.Pool(workers, initializer=_init_worker, initargs=(user_dict, hmm, os.getpid())) as pool:
-        return [words for result in pool.map(_cut_chunk, chunks, chunksize=1) for words in result]
+    return _tokenizer
 
 
 def segment_shard(rows: pa.Table, index: int, params: tuple[str | None, bool]) -> pa.Table:
     """A shard of the sentence table with a ``words`` column (the sharded step of :func:`segment_step`;
     ``params`` is ``(user_dict, hmm)``; ``index`` is unused: segmentation draws nothing at random)."""
     user_dict, hmm = params
-    _init_worker(user_dict, hmm)
-    words = _cut_chunk(rows.column("text").to_pylist())
+    tokenizer = _tokenizer_for(user_dict)
+    words = [list(tokenizer.cut(t, cut_all=False, HMM=hmm)) for t in rows.column("text").to_pylist()]
     return rows.append_column("words", pa.array(words, type=pa.list_(pa.string())))
 
 

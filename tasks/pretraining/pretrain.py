@@ -46,7 +46,7 @@ from tasks.corpus.similar_words import SimilarWords, similar_words_from_table
 from tasks.corpus.tokenize import random_token_ids
 from tasks.pretraining.masking import MaskingConfig, mask_batch
 from tasks.pretraining.modeling import PretrainingModel
-from tasks.training.batching import BatchSchedule, pad_batch, ragged, take_ragged
+from tasks.training.batching import BatchSchedule, RaggedTake, pad_batch, ragged
 from tasks.training.device import autocast
 from tasks.training.distributed import Ranks, split_batch, wrap
 from tasks.training.optim import learning_rate, optimizer_for
@@ -169,19 +169,21 @@ class PretrainingExamples:
             IndexError: an index outside ``[0, N)``.
         """
         index = np.asarray(index)
+        if len(index) and (index.min() < 0 or index.max() >= len(self)):
+            raise IndexError(f"example index outside [0, {len(self)}): {index.tolist()}")
         chunk = np.searchsorted(self.chunk_starts, index, side="right") - 1
         row, local = index - self.chunk_starts[chunk], np.arange(len(index))
-        flat_ids, offsets = take_ragged(self.ids, self.id_offsets, chunk, row)
-        ids, valid = pad_batch(flat_ids, offsets, local)
+        # one gather index per offsets list, shared by every column that has those offsets
+        tokens = RaggedTake(self.id_offsets, chunk, row)
+        ids, valid = pad_batch(tokens(self.ids), tokens.offsets, local)
         if self.masker is None:
-            cols, label_offsets = take_ragged(self.positions, self.label_offsets, chunk, row)
-            labels = take_ragged(self.labels, self.label_offsets, chunk, row)[0]
-            rows = np.repeat(local, np.diff(label_offsets))
+            predicted = RaggedTake(self.label_offsets, chunk, row)
+            cols, labels = predicted(self.positions), predicted(self.labels)
+            rows = np.repeat(local, np.diff(predicted.offsets))
         else:
-            words = pad_batch(take_ragged(self.word_ids, self.id_offsets, chunk, row)[0], offsets, local,
-                              pad_value=-1)[0]
-            lex = (pad_batch(take_ragged(self.lex_ids, self.id_offsets, chunk, row)[0], offsets, local,
-                             pad_value=-1)[0] if self.lex_ids is not None else None)
+            words = pad_batch(tokens(self.word_ids), tokens.offsets, local, pad_value=-1)[0]
+            lex = (pad_batch(tokens(self.lex_ids), tokens.offsets, local, pad_value=-1)[0]
+                   if self.lex_ids is not None else None)
             masked = self.masker(ids, words, lex, step)
             rows, cols = np.nonzero(masked.chosen)
             ids, labels = masked.input_ids, masked.labels[rows, cols]

@@ -4,7 +4,7 @@ A ragged column is a pair ``(values, offsets)``: example ``i`` is
 ``values[offsets[i]:offsets[i + 1]]``. Batches are gathered with one fancy
 index, no per-example Python loop. A column too large for memory is a list of
 such pairs (chunks, e.g. one per memory-mapped shard, Megatron-LM's
-``MMapIndexedDataset`` layout): :func:`take_ragged` reads only a batch's examples.
+``MMapIndexedDataset`` layout): :class:`RaggedTake` reads only a batch's examples.
 """
 
 from __future__ import annotations
@@ -35,36 +35,39 @@ def ragged(column: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, np.ndarray]:
     return values, offsets
 
 
-def take_ragged(values: list[np.ndarray], offsets: list[np.ndarray], chunk: np.ndarray,
-                row: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Examples ``row[b]`` of chunks ``chunk[b]`` (``int [B]`` each) as one small ragged pair, in batch order.
+class RaggedTake:
+    """Examples ``row[b]`` of chunks ``chunk[b]`` (``int [B]`` each) of chunked ragged columns
+    that share one offsets list, gathered in batch order.
+
+    Each example's span (chunk, start, end) is looked up once, then serves every values
+    column with those offsets (:meth:`__call__`). An example is one contiguous slice of its
+    chunk, and chunks are separate (memory-mapped) buffers, so a column is gathered as one
+    slice per example (a view) and one ``np.concatenate`` (the only copy); a NumPy fancy
+    index per chunk would cost more at training batch sizes (``benchmarks/batching.py``).
 
     Args:
-        values, offsets: per chunk, a ragged column (:func:`ragged`).
-    Returns:
-        ``(values, offsets)``: the ``B`` examples' values (dtype of the chunks) and
-        ``int64 [B + 1]`` offsets. Only those examples are read: a loop over ``B``
-        slices, cheap next to a training step, and no copy of a chunk.
+        offsets: per chunk, ``int [N_c + 1]`` offsets of a ragged column (:func:`ragged`).
+        chunk, row: ``int [B]`` chunk and row within it of each example of the batch.
+    Attributes:
+        offsets: ``int64 [B + 1]`` offsets of the gathered examples.
+    Raises:
+        IndexError: a chunk or a row that does not exist (or is negative).
     """
-    parts = [values[c][offsets[c][r]:offsets[c][r + 1]] for c, r in zip(np.asarray(chunk).tolist(),
-                                                                          np.asarray(row).tolist())]
-    out_offsets = np.zeros(len(parts) + 1, dtype=np.int64)
-    np.cumsum([len(p) for p in parts], out=out_offsets[1:])
-    dtype = values[0].dtype if len(values) else np.int32
-    return (np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)), out_offsets
 
+    def __init__(self, offsets: list[np.ndarray], chunk: np.ndarray, row: np.ndarray):
+        chunks, rows = np.asarray(chunk).tolist(), np.asarray(row).tolist()
+        if chunks and min(min(chunks), min(rows)) < 0:  # would wrap around silently
+            raise IndexError(f"negative chunk or row in a batch: chunks {chunks}, rows {rows}")
+        self._spans = [(c, offsets[c][r], offsets[c][r + 1]) for c, r in zip(chunks, rows)]
+        self.offsets = np.zeros(len(chunks) + 1, dtype=np.int64)
+        np.cumsum([end - start for _, start, end in self._spans], out=self.offsets[1:])
 
-def flat_positions(offsets: np.ndarray, index: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Flat value positions of examples ``index`` and the batch row of each.
-
-    Returns:
-        ``(flat, rows)``: ``int64 [T]`` positions into ``values`` and ``int64 [T]``
-        batch rows, where ``T`` is the total length of the selected examples.
-    """
-    starts, counts = offsets[index], offsets[np.asarray(index) + 1] - offsets[index]
-    rows = np.repeat(np.arange(len(index)), counts)
-    first = np.repeat(np.cumsum(counts) - counts, counts)
-    return np.repeat(starts, counts) + np.arange(counts.sum()) - first, rows
+    def __call__(self, values: list[np.ndarray]) -> np.ndarray:
+        """The batch's values of a column with these offsets: ``[offsets[-1]]``, the dtype of
+        the chunks (``values``: one flat array per chunk), example after example in batch order."""
+        if not self._spans:
+            return np.zeros(0, dtype=values[0].dtype if len(values) else np.int32)
+        return np.concatenate([values[c][start:end] for c, start, end in self._spans])
 
 
 def pad_batch(values: np.ndarray, offsets: np.ndarray, index: np.ndarray, pad_value: int = 0,
