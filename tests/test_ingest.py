@@ -199,3 +199,12 @@ def test_parquet_input_is_streamed_and_a_missing_column_named(tmp_path):
     (tmp_path / "bad.parquet").write_bytes(b"PAR1 not really")
     with pytest.raises(SourceError, match=r"bad.parquet: not a readable Parquet file"):
         list(read_documents(tmp_path / "bad.parquet", "parquet"))
+
+
+def test_doc_ids_are_unique_across_the_files_of_a_source(tmp_path):
+    """A source of several files (sentiment: pos.txt, neg.txt) numbers its documents on: a
+    reused doc_id would let later stages (multilingual) glue two reviews into one document."""
+    table, stats = build(tmp_path, [("sentiment", "zh", [["好评一。"], ["好评二。"]]),
+                                    ("sentiment", "zh", [["差评一。"]]), ("other", "zh", [["别的。"]])])
+    assert table.column("doc_id").to_pylist() == ["sentiment-000000", "sentiment-000001", "sentiment-000002",
+                                                  "other-000000"]

@@ -1,10 +1,18 @@
 """CINO-style resampling: the probabilities (β = 0 sample-level, β = 1 − α token-level),
-the stratified allocation, even repetition, and empirical shares against p_i."""
+the stratified allocation, even repetition, empirical shares against p_i, and the streamed
+mixture (equal to an in-memory reference whatever the batch size)."""
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 import pytest
 
-from tasks.multilingual.resample import documents_to_draw, draw, largest_remainder, resample, sampling_probabilities
+from tasks.corpus.tokenize import SPECIAL_TOKENS
+from tasks.multilingual.multilingual import SCHEMA
+from tasks.multilingual.resample import (MIXTURE_SCHEMA, documents_to_draw, draw, largest_remainder, resample,
+                                         sampling_probabilities, train_lengths, write_drawn)
+from tasks.multilingual.vocabulary import multilingual_tokenizer
 
 N = np.array([100_000, 5_000, 300, 60])          # documents per language
 L = np.array([80.0, 20.0, 40.0, 150.0])          # mean tokens per document
@@ -100,3 +108,66 @@ def test_resampling_is_deterministic_and_seeded():
     assert np.array_equal(a[0], b[0]) and a[2] == b[2]
     assert not np.array_equal(a[0], c[0])
     assert {k: v["drawn_documents"] for k, v in a[2].items()} == {k: v["drawn_documents"] for k, v in c[2].items()}
+
+
+def documents(path):
+    """A small multilingual documents file (several row groups): three languages, held-out
+    rows between train rows, and a train document the tokenizer turns into nothing."""
+    rng = np.random.default_rng(0)
+    rows = []
+    for lang, chars, n in [("zh", "天气很好今日", 30), ("yue", "佢哋喺度", 6), ("bo", "ཁྱིམཚང", 3)]:
+        for i in range(n):
+            text = "".join(rng.choice(list(chars), rng.integers(1, 12)))
+            rows.append({"doc_id": f"{lang}-{i}", "lang": lang, "script": "x", "source": "s",
+                         "text": " " if (lang, i) == ("zh", 4) else text,
+                         "split": "heldout" if i % 5 == 3 else "train"})
+    order = rng.permutation(len(rows))  # languages interleaved
+    pq.write_table(pa.Table.from_pylist([rows[i] for i in order], schema=SCHEMA), path, row_group_size=7)
+    return multilingual_tokenizer(SPECIAL_TOKENS + list("天气很好今日佢哋喺度ཁྱིམཚང"))
+
+
+def in_memory_mixture(path, tokenizer, alpha, beta, total_tokens, seed):
+    """The straightforward in-memory mixture: every train text tokenized at once."""
+    docs = pq.read_table(path)
+    docs = docs.filter(pc.equal(docs.column("split"), "train"))
+    ids = tokenizer(docs.column("text").to_pylist(), add_special_tokens=False, split_special_tokens=True,
+                    return_attention_mask=False)["input_ids"]
+    lengths = np.array([len(x) for x in ids])
+    keep = np.flatnonzero(lengths > 0)
+    langs = docs.column("lang").to_pylist()
+    rows, copies, stats = resample.fn([langs[i] for i in keep], lengths[keep], alpha, beta, total_tokens, seed)
+    rows = keep[rows]
+    table = pa.table({"doc_id": docs.column("doc_id").take(rows), "lang": docs.column("lang").take(rows),
+                      "copy": pa.array(copies, pa.int32()), "text": docs.column("text").take(rows)})
+    return table, stats, int(lengths[rows].sum())
+
+
+@pytest.mark.parametrize("batch_rows", [1, 4, 7, 1000])
+@pytest.mark.parametrize("total_tokens", [40, 400])  # every language down-sampled; every one repeated
+def test_streamed_mixture_equals_the_in_memory_reference(tmp_path, batch_rows, total_tokens):
+    tokenizer = documents(tmp_path / "documents.parquet")
+    names, codes, lengths = train_lengths(tmp_path / "documents.parquet", tokenizer, batch_rows)
+    assert codes.dtype == np.int32 and lengths.dtype == np.int64 and (lengths == 0).sum() == 1
+    keep = np.flatnonzero(lengths > 0)
+    rows, copies, stats = resample.fn(np.asarray(names, dtype=object)[codes[keep]], lengths[keep], 0.7, 0.3,
+                                      total_tokens, seed=2)
+    rows = keep[rows]
+    write_drawn(tmp_path / "documents.parquet", rows, copies, tmp_path / "mixture.parquet", batch_rows)
+    want, want_stats, want_tokens = in_memory_mixture(tmp_path / "documents.parquet", tokenizer, 0.7, 0.3,
+                                                      total_tokens, seed=2)
+    got = pq.read_table(tmp_path / "mixture.parquet")
+    assert got.equals(want) and got.schema.equals(MIXTURE_SCHEMA)
+    assert stats == want_stats and int(lengths[rows].sum()) == want_tokens
+    meta = pq.ParquetFile(tmp_path / "mixture.parquet").metadata
+    sizes = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
+    assert sizes[:-1] == [batch_rows] * (len(sizes) - 1) and sum(sizes) == got.num_rows
+
+
+def test_no_train_document_is_a_clear_error(tmp_path):
+    tokenizer = documents(tmp_path / "documents.parquet")
+    table = pq.read_table(tmp_path / "documents.parquet")
+    pq.write_table(table.set_column(5, "split", pa.array(["heldout"] * table.num_rows)), tmp_path / "held.parquet")
+    names, codes, lengths = train_lengths(tmp_path / "held.parquet", tokenizer, 10)
+    assert names == [] and len(codes) == len(lengths) == 0
+    with pytest.raises(ValueError, match="at least one document"):
+        resample.fn(np.asarray(names, dtype=object)[codes], lengths, 0.7, 0.3, 100, seed=1)

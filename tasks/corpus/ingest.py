@@ -5,7 +5,8 @@ Output (``data/corpus/sentences.parquet``), one row per sentence, in corpus orde
 ========  ========  ==================================================
 column    type      meaning
 ========  ========  ==================================================
-doc_id    string    ``<source>-<n>``: the document the sentence is from
+doc_id    string    ``<source>-<n>``: the document the sentence is from, unique
+                    (``n`` counts on across the files of a source)
 sent_id   int32     position of the sentence in its document (0-based)
 lang      string    ISO 639 code of the input (params ``corpus.inputs[].lang``)
 source    string    the source name in params
@@ -236,6 +237,7 @@ def build_corpus(inputs: Iterable[tuple[str, str, Iterable[list[str]]]], eval_se
     """
     stats = IngestStats()
     seen_docs: set[int] = set()
+    n_docs: dict[str, int] = {}  # per source, across its files: a doc_id is never reused
     cols: dict[str, list] = {name: [] for name in SCHEMA.names}
     sources = []
 
@@ -248,7 +250,6 @@ def build_corpus(inputs: Iterable[tuple[str, str, Iterable[list[str]]]], eval_se
         sources.append(source)
         for counter in (stats.documents, stats.sentences, stats.characters):
             counter.setdefault(lang, 0)
-        n_doc = 0
         for paragraphs in documents:
             sentences = [s for p in paragraphs for s in split_sentences(normalise(p))]
             if not sentences:
@@ -270,8 +271,8 @@ def build_corpus(inputs: Iterable[tuple[str, str, Iterable[list[str]]]], eval_se
             if not kept:
                 stats.dropped_empty_documents += 1
                 continue
-            doc_id = f"{source}-{n_doc:06d}"
-            n_doc += 1
+            n_docs[source] = n_docs.get(source, -1) + 1
+            doc_id = f"{source}-{n_docs[source]:06d}"
             for i, s in enumerate(kept):
                 cols["doc_id"].append(doc_id)
                 cols["sent_id"].append(i)

@@ -15,6 +15,10 @@ language are dropped and counted. A seeded fraction of each language's documents
 is held out for per-language evaluation (at least one, at most
 ``heldout_max_documents``).
 
+Out-of-core (:func:`build_documents`): the inputs are streamed and the output is written in
+row groups of ``shards.rows`` rows; what grows with the corpus is only the per-language
+dedupe set of 64-bit text hashes and the held-out mask (about 100 bytes per kept document).
+
 Output (``data/multilingual/documents.parquet``), one row per document:
 
 ========  ======  ===================================================
@@ -33,11 +37,13 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import tempfile
 import unicodedata
 from collections import defaultdict
+from contextlib import ExitStack
 from html.parser import HTMLParser
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterable, Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -45,14 +51,16 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from tasks.core.errors import SourceError
-from tasks.core.io import numbered_lines
+from tasks.core.io import ParquetStream, numbered_lines
 from tasks.core.params import Multilingual, MultilingualInput
 from tasks.core.rng import named_rng
 from tasks.core.stage import stage_task
-from tasks.core.text import normalise
+from tasks.core.text import normalise, text_hash
 
 SCHEMA = pa.schema([("doc_id", pa.string()), ("lang", pa.string()), ("script", pa.string()),
                     ("source", pa.string()), ("text", pa.string()), ("split", pa.string())])
+# a language's kept documents between the two passes of build_documents
+KEPT_SCHEMA = pa.schema([("script", pa.string()), ("source", pa.string()), ("text", pa.string())])
 
 
 class _Paragraphs(HTMLParser):
@@ -113,20 +121,29 @@ def read_json_array(path: Path) -> list[str]:
     return data
 
 
-def read_lines(path: Path) -> list[str]:
-    """The lines of a UTF-8 text file (a decoding error names the line)."""
-    return [line for _, line in numbered_lines(Path(path))]
+def read_lines(path: Path) -> Iterator[str]:
+    """The lines of a UTF-8 text file, streaming (a decoding error names the line)."""
+    for _, line in numbered_lines(Path(path)):
+        yield line
 
 
 READERS = {"udhr_html": read_udhr_html, "json_array": read_json_array, "lines": read_lines}
 
 
-def corpus_documents(sentences: pa.Table) -> list[str]:
-    """Documents of the ingested corpus: its sentences joined in order, per ``doc_id``."""
-    docs: dict[str, list[str]] = {}
-    for doc, text in zip(sentences.column("doc_id").to_pylist(), sentences.column("text").to_pylist()):
-        docs.setdefault(doc, []).append(text)
-    return ["".join(parts) for parts in docs.values()]
+def corpus_documents(path: Path, batch_rows: int) -> Iterator[str]:
+    """Documents of the ingested corpus (columns ``doc_id``, ``text``): its sentences joined in
+    order, per ``doc_id``, reading ``batch_rows`` rows at a time. A document's sentences are
+    contiguous rows (as ingest writes them); the open document is carried across batches."""
+    doc, parts = None, []
+    for batch in pq.ParquetFile(path).iter_batches(batch_size=batch_rows, columns=["doc_id", "text"]):
+        for d, text in zip(batch.column(0).to_pylist(), batch.column(1).to_pylist()):
+            if d != doc and parts:
+                yield "".join(parts)
+                parts = []
+            doc = d
+            parts.append(text)
+    if parts:
+        yield "".join(parts)
 
 
 def input_files(raw_dir: Path, item: MultilingualInput) -> list[Path]:
@@ -165,42 +182,92 @@ def heldout_mask(n: int, fraction: float, max_documents: int, seed: int, lang: s
 
 
 @stage_task
-def build_documents(texts_by_input: list[tuple[MultilingualInput, str, list[str]]], spec: Multilingual,
-                    seed: int) -> tuple[pa.Table, dict]:
-    """Clean, deduplicate and split documents; return the table and per-language stats.
+def build_documents(texts_by_input: Iterable[tuple[MultilingualInput, str, Iterable[str]]], spec: Multilingual,
+                    seed: int, output: Path, rows: int) -> dict[str, dict]:
+    """Clean, deduplicate and split documents into ``output`` (:data:`SCHEMA`), out-of-core.
+
+    Pass 1 streams the inputs and appends each language's kept documents to its own scratch
+    file (a hidden folder next to ``output``, removed afterwards); pass 2 then knows each
+    language's count, draws its held-out mask and streams its documents into ``output``.
+    Memory: the row buffers (at most one per language plus one, of ``rows`` rows each),
+    the per-language set of 64-bit text hashes and the held-out mask (1 byte per document).
 
     Args:
-        texts_by_input: ``(input, origin, raw documents)`` in params order; ``origin``
-            names the source and file for the ``source`` column.
+        texts_by_input: ``(input, origin, raw documents)`` in params order, each iterated
+            once; ``origin`` names the source and file for the ``source`` column.
+        output: the Parquet file to write (a temporary: wrap in ``atomic_outputs``).
+        rows: rows per row group of ``output`` and of the scratch files (``shards.rows``).
     Returns:
-        ``(table, stats)``: the table in :data:`SCHEMA` (languages in order of first
-        appearance, documents in input order); stats per language: documents read,
-        dropped short/duplicate, kept, held out, characters.
+        Stats per language (order of first input): documents read, dropped short/duplicate,
+        kept, held out, characters. ``output`` has the languages in order of their first
+        kept document, documents in input order, ``doc_id`` ``<lang>-<i>``.
     """
-    rows: dict[str, list[tuple[str, str, str]]] = defaultdict(list)  # lang -> (script, origin, text)
-    seen: dict[str, set[str]] = defaultdict(set)
+    output = Path(output)
+    with tempfile.TemporaryDirectory(prefix=f".{output.name}.languages-", dir=output.parent) as scratch:
+        stats, files = _keep_documents(texts_by_input, spec, Path(scratch), rows)
+        with ParquetStream(output, SCHEMA, rows) as out:
+            for lang, path in files.items():
+                held = heldout_mask(stats[lang]["documents"], spec.heldout_fraction, spec.heldout_max_documents,
+                                    seed, lang)
+                stats[lang]["heldout"] = int(held.sum())
+                for table in _with_ids_and_split(lang, path, held, rows):
+                    out.write(table)
+    return stats
+
+
+def _keep_documents(texts_by_input: Iterable[tuple[MultilingualInput, str, Iterable[str]]], spec: Multilingual,
+                    scratch: Path, rows: int) -> tuple[dict[str, dict], dict[str, Path]]:
+    """Pass 1 of :func:`build_documents`: the stats (``heldout`` still 0) and, per language
+    in order of its first kept document, the scratch file of its kept documents."""
     stats: dict[str, dict] = {}
-    for item, origin, docs in texts_by_input:
-        s = stats.setdefault(item.lang, {"script": item.script, "read": 0, "short": 0, "duplicates": 0})
-        for raw in docs:
-            s["read"] += 1
-            text = clean(raw)
-            if len(text) < spec.min_document_chars:
-                s["short"] += 1
-            elif text in seen[item.lang]:
-                s["duplicates"] += 1
-            else:
-                seen[item.lang].add(text)
-                rows[item.lang].append((item.script, origin, text))
-    columns: dict[str, list] = {name: [] for name in SCHEMA.names}
-    for lang, docs in rows.items():
-        held = heldout_mask(len(docs), spec.heldout_fraction, spec.heldout_max_documents, seed, lang)
-        for i, ((script, origin, text), h) in enumerate(zip(docs, held)):
-            for name, value in zip(SCHEMA.names, (f"{lang}-{i}", lang, script, origin, text,
-                                                  "heldout" if h else "train")):
-                columns[name].append(value)
-        stats[lang].update(documents=len(docs), heldout=int(held.sum()), characters=sum(len(d[2]) for d in docs))
-    return pa.table(columns, schema=SCHEMA), stats
+    files: dict[str, Path] = {}
+    seen: dict[str, set[int]] = defaultdict(set)  # hashes, not texts: 8 bytes of key per document
+    with ExitStack() as streams:
+        open_streams: dict[str, ParquetStream] = {}
+
+        def spill(item: MultilingualInput, origin: str, texts: list[str]) -> None:
+            if item.lang not in open_streams:
+                files[item.lang] = scratch / f"{len(files)}.parquet"
+                open_streams[item.lang] = streams.enter_context(ParquetStream(files[item.lang], KEPT_SCHEMA, rows))
+            open_streams[item.lang].write(pa.table({"script": [item.script] * len(texts),
+                                                    "source": [origin] * len(texts), "text": texts},
+                                                   schema=KEPT_SCHEMA))
+
+        for item, origin, docs in texts_by_input:
+            s = stats.setdefault(item.lang, {"script": item.script, "read": 0, "short": 0, "duplicates": 0,
+                                             "documents": 0, "heldout": 0, "characters": 0})
+            pending: list[str] = []
+            for raw in docs:
+                s["read"] += 1
+                text = clean(raw)
+                if len(text) < spec.min_document_chars:
+                    s["short"] += 1
+                elif (key := text_hash(text)) in seen[item.lang]:
+                    s["duplicates"] += 1
+                else:
+                    seen[item.lang].add(key)
+                    s["documents"] += 1
+                    s["characters"] += len(text)
+                    pending.append(text)
+                    if len(pending) == rows:
+                        spill(item, origin, pending)
+                        pending = []
+            if pending:
+                spill(item, origin, pending)
+    return stats, files
+
+
+def _with_ids_and_split(lang: str, path: Path, held: np.ndarray, rows: int) -> Iterator[pa.Table]:
+    """Pass 2 of :func:`build_documents`: one language's kept documents (``path``), ``rows``
+    at a time, with their ``doc_id`` and ``split`` (``held``: ``bool [documents]``)."""
+    start = 0
+    for batch in pq.ParquetFile(path).iter_batches(batch_size=rows):
+        stop = start + batch.num_rows
+        yield pa.table({"doc_id": [f"{lang}-{i}" for i in range(start, stop)], "lang": [lang] * batch.num_rows,
+                        "script": batch.column("script"), "source": batch.column("source"),
+                        "text": batch.column("text"),
+                        "split": np.where(held[start:stop], "heldout", "train").tolist()}, schema=SCHEMA)
+        start = stop
 
 
 def read_documents(path: Path, split: str | None = None) -> pa.Table:
@@ -219,14 +286,27 @@ def documents_by_language(table: pa.Table) -> dict[str, list[str]]:
     return out
 
 
-def iter_inputs(spec: Multilingual, raw_dir: Path, corpus: pa.Table | None,
-                missing_sources: dict[str, str]) -> Iterator[tuple[MultilingualInput, str, list[str] | None, str]]:
-    """Per input: ``(input, origin, raw documents or None when its source is missing, reason)``."""
+def iter_inputs(spec: Multilingual, raw_dir: Path, corpus: Path | None, missing_sources: dict[str, str],
+                batch_rows: int) -> Iterator[tuple[MultilingualInput, str, Iterator[str] | None, str]]:
+    """Per input: ``(input, origin, raw documents or None when its source is missing, reason)``.
+
+    The documents are an iterator that reads its file only when iterated (once), so listing
+    the inputs costs no memory; the corpus (``corpus``, needed by a ``corpus`` input) is read
+    ``batch_rows`` rows at a time.
+
+    Raises:
+        SourceError: a ``files`` pattern matches no file (here); a file is unreadable (when
+            its documents are iterated).
+    """
     for item in spec.inputs:
         if item.format == "corpus":
-            yield item, "corpus", corpus_documents(corpus), ""
+            yield item, "corpus", corpus_documents(corpus, batch_rows), ""
         elif item.source in missing_sources:
             yield item, item.source, None, missing_sources[item.source]
         else:
             for path in input_files(raw_dir, item):
-                yield item, f"{item.source}/{path.name}", READERS[item.format](path), ""
+                yield item, f"{item.source}/{path.name}", _read_lazily(READERS[item.format], path), ""
+
+
+def _read_lazily(read: Callable[[Path], Iterable[str]], path: Path) -> Iterator[str]:
+    yield from read(path)

@@ -23,14 +23,28 @@ Within a language, m_i ≤ n_i documents are drawn without replacement; when
 m_i > n_i every document is repeated ⌊m_i/n_i⌋ times and m_i mod n_i distinct
 ones once more, so repetition is as even as it can be (no document appears more
 than once above any other). The drawn documents are then shuffled together.
+
+Out-of-core: :func:`train_lengths` streams the train documents keeping 12 bytes per document
+(a language code and a token count), and :func:`write_drawn` reads only the drawn documents
+back, so memory grows with ``total_tokens`` (the output), not with the corpus.
 """
 
 from __future__ import annotations
 
-import numpy as np
+from pathlib import Path
+from typing import Iterator, Sequence
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from tasks.core.io import ParquetStream
 from tasks.core.rng import named_rng
 from tasks.core.stage import stage_task
+
+MIXTURE_SCHEMA = pa.schema([("doc_id", pa.string()), ("lang", pa.string()), ("copy", pa.int32()),
+                            ("text", pa.string())])
 
 
 def sampling_probabilities(documents: np.ndarray, mean_lengths: np.ndarray, alpha: float,
@@ -83,12 +97,12 @@ def draw(n: int, m: int, rng: np.random.Generator) -> np.ndarray:
 
 
 @stage_task
-def resample(langs: list[str], lengths: np.ndarray, alpha: float, beta: float, total_tokens: int,
+def resample(langs: Sequence[str], lengths: np.ndarray, alpha: float, beta: float, total_tokens: int,
              seed: int) -> tuple[np.ndarray, np.ndarray, dict[str, dict]]:
     """Resample documents of several languages to about ``total_tokens`` tokens.
 
     Args:
-        langs: ``[N]`` language of each document.
+        langs: ``[N]`` language of each document (a list or an object array).
         lengths: ``[N]`` length of each document in tokens.
         alpha, beta: sampling exponents (module docstring).
         total_tokens: requested size of the resampled corpus.
@@ -141,3 +155,62 @@ def resample(langs: list[str], lengths: np.ndarray, alpha: float, beta: float, t
         copies[i] = seen.get(r, 0)
         seen[r] = copies[i] + 1
     return rows, copies, stats
+
+
+def _train_batches(path: Path, batch_rows: int, columns: list[str]) -> Iterator[pa.RecordBatch]:
+    """``columns`` of the train-split rows of the multilingual documents, in file order,
+    from ``batch_rows`` rows at a time."""
+    for batch in pq.ParquetFile(path).iter_batches(batch_size=batch_rows, columns=[*columns, "split"]):
+        yield batch.filter(pc.equal(batch.column("split"), "train")).select(columns)
+
+
+def train_lengths(path: Path, tokenizer, batch_rows: int) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """Language and token count of every train document of ``path`` (the multilingual
+    documents), tokenizing ``batch_rows`` documents at a time (no special tokens added; a
+    literal ``[MASK]`` in a text is word-pieced, as everywhere in the pipeline).
+
+    Returns:
+        ``(names, codes, lengths)``: the languages in order of first appearance; ``codes
+        int32 [N]`` index into ``names`` and ``lengths int64 [N]`` tokens, per train document
+        in file order: 12 bytes per document (then :func:`resample` works on a few ``[N]``
+        arrays of 8 bytes), all that grows with the corpus.
+    """
+    index: dict[str, int] = {}
+    codes, lengths = [], []
+    for batch in _train_batches(path, batch_rows, ["lang", "text"]):
+        if not batch.num_rows:
+            continue
+        ids = tokenizer(batch.column("text").to_pylist(), add_special_tokens=False, split_special_tokens=True,
+                        return_attention_mask=False)["input_ids"]
+        lengths.append(np.fromiter((len(x) for x in ids), dtype=np.int64, count=len(ids)))
+        codes.append(np.array([index.setdefault(lang, len(index)) for lang in batch.column("lang").to_pylist()],
+                              dtype=np.int32))
+    if not lengths:
+        return [], np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.int64)
+    return list(index), np.concatenate(codes), np.concatenate(lengths)
+
+
+def write_drawn(path: Path, rows: np.ndarray, copies: np.ndarray, output: Path, batch_rows: int) -> None:
+    """Write the drawn train documents of ``path`` in training order to ``output``
+    (:data:`MIXTURE_SCHEMA`, row groups of ``batch_rows`` rows; a temporary: wrap in
+    ``atomic_outputs``). A second streaming pass over ``path`` keeps only the distinct drawn
+    documents, so memory is bounded by the output, not by the corpus.
+
+    Args:
+        rows: ``int64 [M]`` indices into the train documents (file order), in training order.
+        copies: ``int64 [M]`` the ``copy`` column (:func:`resample`).
+    """
+    needed = np.unique(rows)
+    chosen, start = [], 0
+    for batch in _train_batches(path, batch_rows, ["doc_id", "lang", "text"]):
+        lo, hi = np.searchsorted(needed, [start, start + batch.num_rows])
+        chosen.append(batch.take(pa.array(needed[lo:hi] - start)))
+        start += batch.num_rows
+    chosen = pa.Table.from_batches(chosen)
+    at = np.searchsorted(needed, rows)  # row i of the output is row at[i] of chosen
+    with ParquetStream(output, MIXTURE_SCHEMA, batch_rows) as out:
+        for i in range(0, len(rows), batch_rows):
+            part = chosen.take(at[i:i + batch_rows])
+            out.write(pa.table({"doc_id": part.column("doc_id"), "lang": part.column("lang"),
+                                "copy": pa.array(copies[i:i + batch_rows], pa.int32()),
+                                "text": part.column("text")}, schema=MIXTURE_SCHEMA))
