@@ -1,5 +1,6 @@
 """Stage ``finetune@<model>-<task>``: fine-tune one model on one downstream task with
-several seeds; write per-seed scores, their summary (mean, std, max) and the predictions.
+several seeds; write per-seed scores, their summary (mean, std, max), the predictions and
+the fine-tuned models (the teachers and pruned models of the compression stages).
 
 ``<model>`` is a folder ``models/<model>`` (a pipeline model, ``random``, or an
 imported hub model); ``<task>`` a task of ``params.yaml``. Each seed fine-tunes
@@ -17,7 +18,7 @@ from tasks.core.metrics import FinetuneMetrics, write_metrics
 from tasks.core.model_dir import check_weights, load_tokenizer
 from tasks.core.params import load_params
 from tasks.downstream.families import FAMILIES, load_task_data
-from tasks.downstream.finetune import run_seed, summarize, write_predictions
+from tasks.downstream.finetune import model_file, run_seed, save_finetuned, summarize, write_predictions
 from tasks.training.distributed import join_process_group, run_training_stage
 
 
@@ -40,13 +41,15 @@ def finetune(model_name: str, task_name: str) -> None:
                for seed in cfg.seeds]
     if not ranks.is_main:  # rank 0 evaluates and writes the outputs
         return
-    runs = [result for result, _ in results]
+    runs = [result for result, _, _ in results]
     summary = {split: {m: summarize([r[split][m] for r in runs]) for m in spec.metrics} for split in ("dev", "test")}
     metrics = {"model": model_name, "task": task_name, "family": spec.family, "headline": spec.metrics[0],
                "seeds": cfg.seeds, "encoding": encoding, "training": training.model_dump(), "runs": runs, **summary}
     name = paths.finetune_name(model_name, task_name)
     with atomic_outputs(paths.PREDICTIONS / name, paths.stage_metrics("finetune", name)) as (out, metrics_file):
-        write_predictions(out, {seed: preds for seed, (_, preds) in zip(cfg.seeds, results)})
+        write_predictions(out, {seed: preds for seed, (_, preds, _) in zip(cfg.seeds, results)})
+        for seed, (_, _, model) in zip(cfg.seeds, results):
+            save_finetuned(model, model_file(out, seed))
         write_metrics(metrics_file, FinetuneMetrics(**metrics))
 
 

@@ -19,8 +19,11 @@ import numpy as np
 import torch
 from prefect import get_run_logger
 
+from safetensors.torch import load_model as load_safetensors, save_model
+
+from tasks.core.errors import SourceError
 from tasks.core.io import write_json, write_jsonl
-from tasks.core.model_dir import load_model
+from tasks.core.model_dir import WEIGHT_ERRORS, load_model
 from tasks.core.stage import stage_task
 from tasks.training.batching import IGNORE_INDEX, BatchSchedule
 from tasks.training.device import autocast
@@ -126,9 +129,9 @@ def fine_tune(family, model_dir, labels, data: Batches, training, seed: int,
 
 @stage_task(task_run_name="seed-{seed}")
 def run_seed(family, model_dir, labels, data: dict, tables: dict, training, metrics: list[str], seed: int,
-             device: torch.device, ranks: Ranks = Ranks()) -> tuple[dict, dict] | None:
+             device: torch.device, ranks: Ranks = Ranks()) -> tuple[dict, dict, torch.nn.Module] | None:
     """One seed of ``finetune``: :func:`fit_seed` on ``data['train']``, then scores and
-    predictions on dev and test (``({"seed", "train", "dev", "test"}, {split: predictions})``;
+    predictions on dev and test (``({"seed", "train", "dev", "test"}, {split: predictions}, model)``;
     under DDP, rank 0 evaluates and the other ranks return None)."""
     logger = get_run_logger()
     model, train = fit_seed(family, model_dir, labels, data["train"], training, seed, device, logger.info, ranks)
@@ -139,7 +142,35 @@ def run_seed(family, model_dir, labels, data: dict, tables: dict, training, metr
         result[split], predictions[split] = family.evaluate(model, data[split], tables[split], training, labels,
                                                            metrics, device)
     logger.info(f"seed {seed}: dev {result['dev']} test {result['test']}")
-    return result, predictions
+    return result, predictions, model
+
+
+def model_file(folder: Path, seed: int) -> Path:
+    """Where ``finetune`` keeps the model fine-tuned under ``seed``: ``<folder>/model-seed<seed>.safetensors``."""
+    return folder / f"model-seed{seed}.safetensors"
+
+
+def save_finetuned(model: torch.nn.Module, file: Path) -> None:
+    """The whole task model (encoder and head) as one safetensors file (shared tensors once)."""
+    save_model(model, str(file))
+
+
+def load_finetuned(family, model_dir: Path, labels, training, file: Path) -> torch.nn.Module:
+    """A model :func:`save_finetuned` wrote: ``family``'s head on the encoder of ``model_dir`` (the
+    architecture), then every weight from ``file`` (strict), in eval mode.
+
+    Raises:
+        SourceError: ``file`` is missing, truncated, or does not fit the architecture (names it and
+            the stage that writes it).
+    """
+    if not file.is_file():
+        raise SourceError(f"{file} is missing: stage finetune writes it (dvc repro finetune)")
+    model = load_model(model_dir, lambda path: family.model(path, labels, training))
+    try:
+        load_safetensors(model, str(file), strict=True)
+    except WEIGHT_ERRORS as exc:
+        raise SourceError(f"{file}: not a fine-tuned model of {model_dir}: {str(exc).splitlines()[0]}") from None
+    return model.eval()
 
 
 def write_predictions(folder: Path, predictions: dict) -> None:
