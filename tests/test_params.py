@@ -156,6 +156,7 @@ def test_readme_cmrc2018_example_is_valid_and_leaves_room_for_context(tmp_path, 
     raw["sources"].update(example["sources"])
     raw["tasks"].update(example["tasks"])
     raw["finetune"].update(example["finetune"])
+    raw["compression"].update(example["compression"])
     params = load_params(write(tmp_path, raw))
     training = params.finetune.for_task(params.task("cmrc2018"))
     assert training.doc_stride + training.max_query_length + 3 < training.max_seq_length

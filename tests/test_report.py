@@ -17,6 +17,7 @@ from tasks.core.metrics import FinetuneMetrics, SeedSummary, read_metrics
 from tasks.core.params import Objective, Params
 from tasks.report.common import max_avg
 from tasks.report.comparison import comparison_section
+from tasks.report.compression import compression_section
 from tasks.report.corpus import corpus_section
 from tasks.report.errors import errors_section
 from tasks.report.finetune import as_fractions, finetune_results, finetune_section
@@ -119,6 +120,8 @@ def _sections(params: Params, metrics: Path, root: Path) -> dict[str, str]:
                                        root / "data"),
         "multilingual.md.j2": multilingual_section(metrics, list(params.multilingual.mixtures), figures),
         "interpretability.md.j2": interpretability_section(params, metrics, root / "attributions", figures, root),
+        "compression.md.j2": compression_section(metrics, params.compression.tasks, list(params.compression.students),
+                                                 params.compression.prune.models, figures),
     }
 
 
@@ -157,6 +160,11 @@ def test_every_section_template_renders_from_metrics(params, tmp_path):
         "### Attention-zone ablation (MRC)", "### Layer-wise probing",
         "### Feature-based (ELMo scalar mix) vs fine-tuning", "### Attributions"]
     assert "have not run" not in interpretability and "Completeness holds to" in interpretability
+    compression = sections["compression.md.j2"]
+    assert [line for line in compression.splitlines() if line.startswith("### ")] == [
+        *(f"### {t} ({params.task(t).metrics[0]})" for t in params.compression.tasks), "### Findings"]
+    assert "| teacher (wwm) |" in compression and "| l1: kd |" in compression and "| pruned: supervised-uneven-" \
+        in compression and "vs labels only" in compression and "keep ≥ 90%" in compression
 
 
 def test_sections_say_what_has_not_run(params, tmp_path):
@@ -165,12 +173,12 @@ def test_sections_say_what_has_not_run(params, tmp_path):
     headings = [line for line in md.splitlines() if line.startswith("## ")]
     assert headings == ["## Corpus", "## Pretraining", "## Objective comparison", "## Fine-tuning",
                         "## Wrong predictions", "## Multilingual continued pretraining", "## Interpretability",
-                        "## What changed since the last commit", "## Run times", "## Parameters",
+                        "## Compression", "## What changed since the last commit", "## Run times", "## Parameters",
                         "## Data versions (dvc.lock)"]
     assert md.startswith("# zhplm pipeline report\n\nCode: git `") and md.endswith("\n") and not md.endswith("\n\n")
     for missing in ("The multilingual stages have not run.", "The attention-zone ablation has not run.",
                     "The probes have not run.", "The feature-based runs have not run.",
-                    "The attributions have not run.",
+                    "The attributions have not run.", "The compression stages (distill, prune) have not run.",
                     "No committed metrics to compare with"):
         assert missing in md
     assert "```yaml\n# All knobs of the pipeline." in md  # params.yaml verbatim, comments included

@@ -27,6 +27,7 @@ CONTINUED = Path("models/continued")      # continue_pretrain@<mixture>: <mixtur
 PRUNED = Path("models/pruned")
 MODELS = Path("models")
 PREDICTIONS = Path("results/finetune")
+PRUNED = Path("results/prune")  # prune@<model>-<task>: <model>-<task>/<variant>/ (save_pruned)
 ATTRIBUTIONS = Path("results/attributions")  # attributions@<model>: <model>/attributions.html
 
 METRICS = Path("metrics")

@@ -17,6 +17,7 @@ from tasks.core import paths
 from tasks.core.params import PARAMS_FILE, Params
 from tasks.core.stage import stage_task
 from tasks.report.comparison import comparison_section
+from tasks.report.compression import compression_section
 from tasks.report.corpus import corpus_section
 from tasks.report.errors import errors_section
 from tasks.report.finetune import finetune_results, finetune_section
@@ -59,6 +60,8 @@ def build_report(params: Params, figures: Path, report_dir: Path = paths.REPORTS
         errors=errors_section(results, models, tasks, inputs.predictions, inputs.data),
         multilingual=multilingual_section(metrics, list(params.multilingual.mixtures), figures),
         interpretability=interpretability_section(params, metrics, inputs.attributions, figures, report_dir),
+        compression=compression_section(metrics, params.compression.tasks, list(params.compression.students),
+                                        params.compression.prune.models, figures),
         changes=changes_section(results),
         runtime=runtime_section(metrics, objectives, results),
         params_text=inputs.params_file.read_text(encoding="utf-8").strip(),

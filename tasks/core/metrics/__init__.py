@@ -35,6 +35,8 @@ Files, their models and the stages that write them:
 * ``probe/<model>.json``: :class:`ProbeMetrics`, stage ``probe``
 * ``scalar_mix/<model>.json``: :class:`ScalarMixMetrics`, stage ``scalar_mix``
 * ``attributions/<model>.json``: :class:`AttributionsMetrics`, stage ``attributions``
+* ``distill/<student>-<task>.json``: :class:`DistillMetrics`, stage ``distill``
+* ``prune/<model>-<task>.json``: :class:`PruneMetrics`, stage ``prune``
 
 Units are in the fields' descriptions: ``*_sec`` are wall-clock seconds, ``*_per_sec`` rates
 per wall-clock second, ``peak_memory_mb`` MiB; rates and shares are fractions (0-1) except
@@ -47,6 +49,7 @@ import os
 from pathlib import Path
 
 from tasks.core.metrics.base import Metrics, Record, parse_metrics, read_metrics, write_metrics
+from tasks.core.metrics.compression import CompressedRun, DistillMetrics, PruneMetrics, Size, Variant
 from tasks.core.metrics.corpus import (CorpusMetrics, Dropped, LanguageCounts, SegmentMetrics, SimilarWordsMetrics,
                                        TokenizeMetrics)
 from tasks.core.metrics.downstream import (Deduplication, DownstreamMetrics, EntityScores, Family, FinetuneMetrics,
@@ -64,7 +67,7 @@ MODELS: dict[str, type[Metrics]] = {model.kind(): model for model in (
     CorpusMetrics, SegmentMetrics, TokenizeMetrics, SimilarWordsMetrics, DownstreamMetrics, PretrainingDataMetrics,
     PretrainMetrics, FinetuneMetrics, MultilingualMetrics, VocabExtensionMetrics, ResampleMetrics,
     ContinuePretrainMetrics, PruneVocabMetrics, AblationMetrics, ProbeMetrics, ScalarMixMetrics,
-    AttributionsMetrics)}
+    AttributionsMetrics, DistillMetrics, PruneMetrics)}
 """Kind (the first part of the path under ``metrics/``, without ``.json``) -> model."""
 
 
@@ -75,11 +78,11 @@ def model_for(path: str | os.PathLike, root: str | os.PathLike = "metrics") -> t
 
 
 __all__ = ["AblationEvaluation", "AblationMetrics", "AttributedExample", "AttributionsMetrics", "BeforeAfter",
-           "ContinuePretrainMetrics", "CorpusMetrics", "Coverage", "Deduplication", "DownstreamMetrics", "Dropped",
-           "EntityScores", "Family", "FeatureBasedRun", "FinetuneMetrics", "FinetuneRun", "FinetuneTraining",
-           "FitSummary", "Heldout", "HeldoutMlm", "LanguageCounts", "LanguageDocuments", "LanguageSample", "MODELS",
-           "Malformed", "Metrics", "MissingInput", "MultilingualMetrics", "PretrainMetrics", "PretrainSummary",
-           "PretrainingDataMetrics", "Probe", "ProbeLayer", "ProbeMetrics", "PruneVocabMetrics", "Record",
+           "CompressedRun", "ContinuePretrainMetrics", "CorpusMetrics", "Coverage", "Deduplication", "DistillMetrics",
+           "DownstreamMetrics", "Dropped", "EntityScores", "Family", "FeatureBasedRun", "FinetuneMetrics",
+           "FinetuneRun", "FinetuneTraining", "FitSummary", "Heldout", "HeldoutMlm", "LanguageCounts",
+           "LanguageDocuments", "LanguageSample", "Malformed", "Metrics", "MissingInput", "model_for", "MODELS",
+           "MultilingualMetrics", "parse_metrics", "PretrainingDataMetrics", "PretrainMetrics", "PretrainSummary",
+           "Probe", "ProbeLayer", "ProbeMetrics", "PruneMetrics", "PruneVocabMetrics", "read_metrics", "Record",
            "ResampleMetrics", "ScalarMixMetrics", "Scores", "SeedSummary", "SegmentMetrics", "SimilarWordsMetrics",
-           "TokenizeMetrics", "TokenizerCoverage", "VocabExtensionMetrics", "model_for", "parse_metrics",
-           "read_metrics", "write_metrics"]
+           "Size", "TokenizeMetrics", "TokenizerCoverage", "Variant", "VocabExtensionMetrics", "write_metrics"]

@@ -21,6 +21,7 @@ from pydantic import Field, NonNegativeInt, ValidationError, model_validator
 
 from tasks.core.errors import ParamsError
 from tasks.core.params.base import _Strict
+from tasks.core.params.compression import Compression, Distill, IntermediateMatch, Prune, Student
 from tasks.core.params.corpus import (Corpus, CorpusInput, HubSource, LocalSource, PackageFile, PackageSource,
                                       Segment, Source, Tokenizer)
 from tasks.core.params.execution import EXECUTOR_KINDS, Executor, Shards
@@ -44,6 +45,7 @@ __all__ = [
     "MULTILINGUAL_FORMATS", "MultilingualInput", "Mixture", "VocabExtension", "ContinuedPretraining",
     "VocabPruning", "Multilingual",
     "FAMILY_LOADERS", "FAMILY_METRICS", "SPLITS", "Training", "TaskSplit", "DownstreamTask", "Finetune", "HubModel",
+    "Compression", "Distill", "IntermediateMatch", "Prune", "Student",
     "ATTENTION_ZONES", "Ablation", "ProbeSplit", "Probe", "ScalarMixParams", "Attributions",
 ]
 
@@ -74,6 +76,7 @@ class Params(_Strict):
     probe: Probe
     scalar_mix: ScalarMixParams
     attributions: Attributions
+    compression: Compression
 
     @model_validator(mode="before")
     @classmethod
@@ -116,6 +119,7 @@ class Params(_Strict):
             raise ValueError(f"multilingual.base_model: {self.multilingual.base_model!r} is not in compare "
                              f"({', '.join(self.compare)}), so it is not pretrained")
         self._check_analyses()
+        self._check_compression()
         for name in self.finetune.tasks:
             if name not in self.tasks:
                 raise ValueError(f"finetune.tasks: no task named {name!r} in tasks")
@@ -141,6 +145,18 @@ class Params(_Strict):
             for name in getattr(self, block).models:
                 if name not in self.compare and name != "random" and name not in self.hub_models:
                     raise ValueError(f"{block}.models: {name!r} is not in compare, 'random' or hub_models")
+
+    def _check_compression(self) -> None:
+        """Compression names fine-tuned models and tasks."""
+        cfg = self.compression
+        for name in cfg.tasks:
+            if name not in self.finetune.tasks:
+                raise ValueError(f"compression.tasks: {name!r} is not in finetune.tasks (nothing is fine-tuned on it)")
+        for where, name in [("compression.distill.teacher", cfg.distill.teacher),
+                            *(("compression.prune.models", m) for m in cfg.prune.models)]:
+            if name not in self.finetune_models:
+                raise ValueError(f"{where}: {name!r} is not fine-tuned (compare or finetune.baselines: "
+                                 f"{', '.join(self.finetune_models)})")
 
     @property
     def finetune_models(self) -> list[str]:

@@ -1,0 +1,87 @@
+"""Stage ``prune@<model>-<task>``: training-free structured pruning (TextPruner) of the models
+``finetune@<model>-<task>`` saved, one per seed.
+
+Rows: the unpruned models, then every variant of importance (supervised, self-supervised) x
+allocation (homogeneous, uneven) x schedule (one shot, ``n_iters`` iterations), each also
+measured after vocabulary pruning to the task's tokens. The first seed's pruned model of each
+variant is saved under ``results/prune/<model>-<task>/<variant>`` (:func:`tasks.compression.prune.save_pruned`).
+"""
+
+import copy
+import sys
+import time
+
+from prefect import flow
+
+from tasks.compression.measure import evaluate_variant, size_of
+from tasks.compression.prune import (ALLOCATION, IMPORTANCE, Renumbered, prune_model, prune_vocabulary, save_pruned,
+                                     used_ids)
+from tasks.core import paths
+from tasks.core.errors import ParamsError
+from tasks.core.io import atomic_outputs
+from tasks.core.metrics import PruneMetrics, write_metrics
+from tasks.core.model_dir import load_tokenizer
+from tasks.core.params import load_params
+from tasks.core.stage import run_stage
+from tasks.downstream.families import FAMILIES, load_task_data
+from tasks.downstream.finetune import load_finetuned, model_file
+from tasks.training.device import resolve_device
+
+
+@flow(name="prune")
+def prune(model_name: str, task_name: str) -> None:
+    t0 = time.perf_counter()
+    params = load_params()
+    cfg, seeds = params.compression, params.finetune.seeds
+    if model_name not in cfg.prune.models:
+        raise ParamsError(f"model {model_name!r} is not in compression.prune.models ({', '.join(cfg.prune.models)})")
+    if task_name not in cfg.tasks:
+        raise ParamsError(f"task {task_name!r} is not in compression.tasks ({', '.join(cfg.tasks)})")
+    spec = params.task(task_name)
+    training, family, model_dir = params.finetune.for_task(spec), FAMILIES[spec.family], paths.MODELS / model_name
+    tokenizer = load_tokenizer(model_dir)
+    tables, labels, data = load_task_data(task_name, family, ("train", "dev", "test"), tokenizer, training)
+    device = resolve_device(params.finetune.device)
+    folder = paths.PREDICTIONS / paths.finetune_name(model_name, task_name)
+    models = [load_finetuned(family, model_dir, labels, training, model_file(folder, s)) for s in seeds]
+    common = dict(family=family, data=data, tables=tables, training=training, labels=labels, metrics=spec.metrics,
+                  device=device, repeats=cfg.latency_repeats)
+    rows = [evaluate_variant("unpruned", f"{model_name} fine-tuned (finetune)", models,
+                             [{"seed": s} for s in seeds], **common)]
+    # vocabulary pruning keeps the tokens of the task's encoded splits: predictions unchanged
+    keep = used_ids(list(data.values()), len(tokenizer.all_special_ids))
+    knobs = dict(heads=cfg.prune.heads, ffn=cfg.prune.ffn, examples=cfg.prune.importance_examples,
+                 batch_size=cfg.prune.importance_batch_size, device=device)
+    out_dir = paths.PRUNED / paths.finetune_name(model_name, task_name)
+    with atomic_outputs(out_dir, paths.stage_metrics("prune", paths.finetune_name(model_name, task_name))) as (
+            out, metrics_file):
+        for kind in IMPORTANCE:
+            for allocation in ALLOCATION:
+                for n_iters in sorted({1, cfg.prune.n_iters}):
+                    name = f"{kind}-{allocation}-" + ("one_shot" if n_iters == 1 else f"iterative{n_iters}")
+                    pruned, runs = [], []
+                    for seed, model in zip(seeds, models):
+                        copy_ = copy.deepcopy(model)
+                        shape = prune_model(copy_, data["train"], kind, allocation, n_iters, name=name, seed=seed,
+                                            **knobs)
+                        pruned.append(copy_)
+                        runs.append({"seed": seed, **shape})
+                    row = evaluate_variant(name, f"{kind} importance, {allocation}, " +
+                                           ("one shot" if n_iters == 1 else f"{n_iters} iterations"),
+                                           pruned, runs, **common)
+                    save_pruned(pruned[0], out / name)
+                    small = copy.deepcopy(pruned[0])
+                    new_id = prune_vocabulary(small, keep)
+                    row["vocabulary_pruned"] = size_of(small, Renumbered(data["dev"], new_id), device,
+                                                       cfg.latency_repeats)
+                    row["kept_tokens"] = len(keep)
+                    rows.append(row)
+        settings = {"heads": cfg.prune.heads, "ffn": cfg.prune.ffn, "n_iters": cfg.prune.n_iters,
+                    "importance_examples": cfg.prune.importance_examples}
+        write_metrics(metrics_file, PruneMetrics(
+            task=task_name, family=spec.family, headline=spec.metrics[0], model=model_name, seeds=seeds,
+            settings=settings, variants=rows, wall_sec=round(time.perf_counter() - t0, 2)))
+
+
+if __name__ == "__main__":
+    run_stage(prune, *sys.argv[1:])

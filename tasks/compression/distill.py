@@ -1,0 +1,331 @@
+"""Knowledge distillation (KD) of fine-tuned task models into smaller students.
+
+Soft labels after Hinton, Vinyals and Dean 2015 ("Distilling the knowledge in a neural
+network", §2): the student matches the teacher's softened distribution at temperature τ,
+mixed with the hard-label loss. Intermediate matches, students taken from teacher layers and
+multi-teacher soft labels after TextBrewer (Yang et al. 2020, ACL demo, §3; reference code
+``textbrewer/losses.py``: ``kd_ce_loss``, ``hid_mse_loss``, ``att_mse_loss``, ``cos_loss``;
+``MultiTeacherDistiller`` averages the teachers' logits).
+
+Two differences from TextBrewer, both deliberate:
+
+* the soft-label term is the KL divergence KL(p_T^τ ‖ p_S^τ), which is 0 when the student
+  matches; TextBrewer's ``kd_ce_loss`` is the cross-entropy −Σ p_T^τ log p_S^τ, larger by the
+  teacher's entropy, a constant with the same gradient (tested);
+* it is scaled by τ² (``distill.scale_by_t2``, on by default), as Hinton et al. advise so that
+  its gradient keeps its size against the hard-label term when τ changes; TextBrewer does not.
+
+One loop serves the three task families through :func:`prediction_logits`, which flattens a
+head's outputs into rows of a categorical distribution: classification ``logits [B, C]``, NER
+``logits [B, L, C]`` at the labelled tokens, MRC ``start_logits``/``end_logits [B, L]`` over the
+valid positions of each window.
+"""
+
+from __future__ import annotations
+
+import math
+import tempfile
+import time
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from prefect import get_run_logger
+from torch import nn
+from transformers import BertModel
+
+from tasks.compression.encoder import Recorder, encoder_of
+from tasks.core.errors import ParamsError
+from tasks.core.stage import stage_task
+from tasks.training.batching import IGNORE_INDEX, BatchSchedule
+from tasks.training.device import autocast
+from tasks.training.optim import learning_rate, optimizer_for
+
+NEG = -1e4  # logit given to padding positions of MRC windows: exp(NEG/τ) underflows to 0
+LABEL_KEYS = ("labels", "start_positions", "end_positions")
+MATCHES = ("hidden_mse", "attention_mse", "cos")
+TEMPERATURE_SCHEDULES = ("constant", "anneal")
+
+
+def prediction_logits(out, batch: dict[str, torch.Tensor]) -> list[torch.Tensor]:
+    """The head's predictions as rows of categorical distributions: a list of ``[N, C]`` tensors.
+
+    * classification: ``[out.logits]`` (``[B, C]``);
+    * NER (``labels [B, L]``): the logits of the labelled tokens, ``[N_labelled, C]``;
+    * MRC (``start_logits``): start and end logits ``[B, L]``, padding set to :data:`NEG`.
+    Rows depend on the batch only, so student and teacher rows align.
+    """
+    if "start_logits" in out:
+        valid = batch["attention_mask"].bool()
+        return [out["start_logits"].float().masked_fill(~valid, NEG), out["end_logits"].float().masked_fill(~valid, NEG)]
+    logits = out["logits"].float()
+    if logits.ndim == 3:
+        return [logits[batch["labels"] != IGNORE_INDEX]]
+    return [logits]
+
+
+def kd_loss(student: torch.Tensor, teacher: torch.Tensor, temperature: float, scale_by_t2: bool = True) -> torch.Tensor:
+    """Soft-label KD: mean over rows of KL(softmax(teacher/τ) ‖ softmax(student/τ)), × τ² when
+    ``scale_by_t2`` (Hinton et al. 2015, §2).
+
+    Args:
+        student, teacher: ``float [N, C]`` logits; one row per prediction.
+    Returns:
+        a scalar (nats); 0 when the rows agree up to a constant shift.
+    """
+    log_s = F.log_softmax(student.float() / temperature, dim=-1)
+    log_t = F.log_softmax(teacher.float() / temperature, dim=-1)
+    kl = F.kl_div(log_s, log_t, log_target=True, reduction="none").sum(-1).mean()
+    return kl * temperature ** 2 if scale_by_t2 else kl
+
+
+def hidden_mse(student: torch.Tensor, teacher: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Mean squared error of hidden states over the valid tokens (TextBrewer ``hid_mse_loss``).
+
+    Args:
+        student, teacher: ``float [B, L, H]`` (the student's already projected to H).
+        mask: ``[B, L]``, 1 on valid tokens.
+    """
+    m = mask.to(student.dtype)[..., None]
+    return ((student - teacher) ** 2 * m).sum() / (m.sum() * student.shape[-1]).clamp(min=1)
+
+
+def cos_loss(student: torch.Tensor, teacher: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Mean over valid tokens of 1 − cos(student, teacher) (TextBrewer ``cos_loss``); ``[B, L, H]``, ``[B, L]``."""
+    m = mask.to(student.dtype)
+    return ((1 - F.cosine_similarity(student, teacher, dim=-1)) * m).sum() / m.sum().clamp(min=1)
+
+
+def attention_mse(student: torch.Tensor, teacher: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Mean squared error of attention probabilities over valid (query, key) pairs (TextBrewer
+    ``att_mse_loss``). With different head counts both are first averaged over heads.
+
+    Args:
+        student, teacher: ``float [B, heads, L, L]``.
+        mask: ``[B, L]``, 1 on valid tokens.
+    """
+    if student.shape[1] != teacher.shape[1]:
+        student, teacher = student.mean(1, keepdim=True), teacher.mean(1, keepdim=True)
+    m = mask.to(student.dtype)
+    pairs = (m[:, :, None] * m[:, None, :])[:, None]
+    return ((student - teacher) ** 2 * pairs).sum() / (pairs.sum() * student.shape[1]).clamp(min=1)
+
+
+def temperature_at(step: int, total: int, temperature: float, schedule: str) -> float:
+    """τ at ``step`` of ``total``: ``constant``, or ``anneal``: linear from τ at the first step to 1
+    at the last (annealing KD, Jafari et al. 2021, EACL, §3)."""
+    if schedule == "constant" or total <= 1:
+        return temperature
+    return temperature + (1.0 - temperature) * step / (total - 1)
+
+
+@dataclass(frozen=True)
+class Match:
+    """One intermediate match: ``kind`` (:data:`MATCHES`) between student state/attention
+    ``student`` and teacher state/attention ``teacher`` (numbering of :mod:`.encoder`), weighted."""
+    kind: str
+    student: int
+    teacher: int
+    weight: float = 1.0
+
+
+@dataclass(frozen=True)
+class KdConfig:
+    """How a student learns: ``hard_weight`` × the head's own label loss + ``kd_weight`` ×
+    :func:`kd_loss` + Σ match weight × match loss."""
+    temperature: float = 1.0
+    temperature_schedule: str = "constant"
+    scale_by_t2: bool = True
+    kd_weight: float = 0.0
+    hard_weight: float = 1.0
+    matches: tuple[Match, ...] = ()
+
+
+def check_student(student_layers: int, teacher_layers: int, layer_map: Sequence[int] | None,
+                  matches: Sequence[Match], where: str) -> None:
+    """Fail at start, in one message, on a layer map or a match out of range.
+
+    Raises:
+        ParamsError: naming ``where`` (the params key) and the offending entry.
+    """
+    problems = []
+    if layer_map is not None:
+        if len(layer_map) != student_layers:
+            problems.append(f"layer_map has {len(layer_map)} entries for {student_layers} student layers")
+        problems += [f"layer_map[{i}] = {t} is not a teacher layer (0..{teacher_layers - 1})"
+                     for i, t in enumerate(layer_map) if not 0 <= t < teacher_layers]
+    for i, m in enumerate(matches):
+        low = 1 if m.kind == "attention_mse" else 0  # attentions are numbered from layer 1
+        if not low <= m.student <= student_layers:
+            problems.append(f"matches[{i}].student = {m.student} is not in {low}..{student_layers}")
+        if not low <= m.teacher <= teacher_layers:
+            problems.append(f"matches[{i}].teacher = {m.teacher} is not in {low}..{teacher_layers}")
+    if problems:
+        raise ParamsError(f"{where}: " + "; ".join(problems))
+
+
+def student_encoder(base: BertModel, layers: int, hidden_size: int, heads: int, intermediate_size: int,
+                    layer_map: Sequence[int] | None, seed: int) -> BertModel:
+    """A student encoder of the given size on ``base``'s vocabulary and positions.
+
+    With ``layer_map``, student layer ``j`` starts as a copy of ``base`` layer ``layer_map[j]``
+    (0-based) and the embeddings are ``base``'s, as TextBrewer's T3/T6 students take BERT-base
+    layers; the widths must then equal ``base``'s. Without, it is initialised at random under ``seed``.
+
+    Raises:
+        ParamsError: ``layer_map`` with widths that differ from ``base``'s.
+    """
+    config = base.config.__class__(**{**base.config.to_dict(), "num_hidden_layers": layers, "hidden_size": hidden_size,
+                                      "num_attention_heads": heads, "intermediate_size": intermediate_size})
+    torch.manual_seed(seed)
+    student = BertModel(config, add_pooling_layer=False)
+    if layer_map is None:
+        return student
+    if (hidden_size, heads, intermediate_size) != (base.config.hidden_size, base.config.num_attention_heads,
+                                                   base.config.intermediate_size):
+        raise ParamsError(f"a student initialised from teacher layers needs the teacher's widths (hidden "
+                          f"{base.config.hidden_size}, heads {base.config.num_attention_heads}, FFN "
+                          f"{base.config.intermediate_size}); got {hidden_size}/{heads}/{intermediate_size}: "
+                          "use init: random for another width")
+    student.embeddings.load_state_dict(base.embeddings.state_dict())
+    for j, t in enumerate(layer_map):
+        student.encoder.layer[j].load_state_dict(base.encoder.layer[t].state_dict())
+    return student
+
+
+def build_student(family, encoder: BertModel, labels, training, seed: int) -> nn.Module:
+    """``family``'s task head on ``encoder`` (head initialised under ``seed``, as ``finetune`` does),
+    through the family's own loader so the student is the same kind of model as the teacher."""
+    with tempfile.TemporaryDirectory(prefix="zhplm-student-") as folder:
+        encoder.save_pretrained(folder)
+        torch.manual_seed(seed)
+        return family.model(folder, labels, training)
+
+
+class Ensemble(nn.Module):
+    """Several task models of one family as one: each output is the mean of the members' logits
+    (TextBrewer's multi-teacher average); ``forward`` takes the members' inputs."""
+
+    def __init__(self, members: Sequence[nn.Module]):
+        super().__init__()
+        self.members = nn.ModuleList(members)
+
+    def forward(self, **batch) -> dict[str, torch.Tensor]:
+        outs = [m(**batch) for m in self.members]
+        names = [k for k in ("logits", "start_logits", "end_logits") if k in outs[0] and outs[0][k] is not None]
+        return {k: torch.stack([o[k].float() for o in outs]).mean(0) for k in names}
+
+
+def _projections(matches: Sequence[Match], student_hidden: int, teacher_hidden: int) -> nn.ModuleDict:
+    """One learned ``Linear(student_hidden, teacher_hidden)`` per hidden-state match when widths
+    differ (TextBrewer's ``intermediate_matches`` ``proj``), keyed by match index."""
+    if student_hidden == teacher_hidden:
+        return nn.ModuleDict()
+    return nn.ModuleDict({str(i): nn.Linear(student_hidden, teacher_hidden)
+                          for i, m in enumerate(matches) if m.kind != "attention_mse"})
+
+
+def distill(student: nn.Module, teachers: Sequence[nn.Module], data, cfg: KdConfig, *, epochs: float,
+            batch_size: int, lr: float, warmup_fraction: float, weight_decay: float, max_grad_norm: float,
+            seed: int, device: torch.device, log: Callable[[str], None] = print) -> dict:
+    """Train ``student`` on ``data`` from the hard labels and the ``teachers``' soft labels.
+
+    The loop, schedule and optimiser are :func:`tasks.downstream.finetune.fit`'s (same batches
+    for the same seed, AdamW, warm-up then linear decay, clipping), so a student trained with
+    ``kd_weight: 0`` and no matches is the labels-only baseline under the same conditions.
+    Several teachers: their logits are averaged before softening (multi-teacher KD). Teachers
+    run in eval mode without gradients; projections for hidden matches of another width train
+    with the student. One process (no DDP).
+
+    Returns:
+        ``steps``, ``train_loss`` (total, mean over the last 10% of steps), ``kd_loss`` and
+        ``match_loss`` (same window), ``wall_sec``, ``examples_per_sec``.
+    """
+    torch.manual_seed(seed)
+    student.to(device).train()
+    for teacher in teachers:
+        teacher.to(device).eval()
+    enc_s = encoder_of(student)
+    enc_t = [encoder_of(t) for t in teachers]
+    need_hidden = any(m.kind != "attention_mse" for m in cfg.matches)
+    need_attention = any(m.kind == "attention_mse" for m in cfg.matches)
+    if cfg.matches and len(teachers) != 1:
+        raise ParamsError("intermediate matches need exactly one teacher")
+    projections = _projections(cfg.matches, enc_s.config.hidden_size,
+                               enc_t[0].config.hidden_size if teachers else enc_s.config.hidden_size).to(device)
+    schedule = BatchSchedule(data.lengths, batch_size, seed)
+    total = max(1, round(epochs * schedule.per_epoch))
+    opt = optimizer_for(nn.ModuleList([student, projections]), lr, weight_decay)
+    history: dict[str, list[float]] = {"loss": [], "kd": [], "match": []}
+    examples, t0 = 0, time.perf_counter()
+    for step in range(total):
+        index = schedule(step)
+        for group in opt.param_groups:
+            group["lr"] = learning_rate(step, total, lr, warmup_fraction)
+        batch = {k: v.to(device, non_blocking=True) for k, v in data.batch(index).items()}
+        inputs = {k: v for k, v in batch.items() if k not in LABEL_KEYS}
+        with autocast(device), Recorder(enc_s, need_hidden, need_attention) as rec_s:
+            out_s = student(**batch)
+        loss = cfg.hard_weight * out_s.loss if cfg.hard_weight else out_s.loss.new_zeros(())
+        kd = match = torch.zeros((), device=device)
+        if teachers and (cfg.kd_weight or cfg.matches):
+            with torch.no_grad(), autocast(device), Recorder(enc_t[0], need_hidden, need_attention) as rec_t:
+                outs_t = [t(**inputs) for t in teachers]
+            if cfg.kd_weight:
+                tau = temperature_at(step, total, cfg.temperature, cfg.temperature_schedule)
+                rows_s = prediction_logits(out_s, batch)
+                rows_t = [torch.stack(r).mean(0) for r in zip(*(prediction_logits(o, batch) for o in outs_t))]
+                kd = sum(kd_loss(s, t, tau, cfg.scale_by_t2) for s, t in zip(rows_s, rows_t)) / len(rows_s)
+                loss = loss + cfg.kd_weight * kd
+            for i, m in enumerate(cfg.matches):
+                mask = batch["attention_mask"]
+                if m.kind == "attention_mse":
+                    term = attention_mse(rec_s.attentions[m.student].float(), rec_t.attentions[m.teacher].float(), mask)
+                else:
+                    s = rec_s.hidden[m.student].float()
+                    s = projections[str(i)](s) if str(i) in projections else s
+                    t = rec_t.hidden[m.teacher].float()
+                    term = hidden_mse(s, t, mask) if m.kind == "hidden_mse" else cos_loss(s, t, mask)
+                match = match + m.weight * term
+            loss = loss + match
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_([*student.parameters(), *projections.parameters()], max_grad_norm)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        for key, value in (("loss", loss), ("kd", kd), ("match", match)):
+            history[key].append(float(value.detach()))
+        examples += len(index)
+        if (step + 1) % max(1, total // 5) == 0:
+            log(f"step {step + 1}/{total} loss {np.mean(history['loss'][-max(1, total // 10):]):.4f}")
+    wall = time.perf_counter() - t0
+    tail = lambda key: float(np.mean(history[key][-max(1, total // 10):]))  # noqa: E731
+    return {"steps": total, "train_loss": tail("loss"), "kd_loss": tail("kd"), "match_loss": tail("match"),
+            "wall_sec": round(wall, 2), "examples_per_sec": round(examples / wall, 1)}
+
+
+@stage_task(task_run_name="{variant}-seed-{seed}")
+def train_student(family, base: BertModel, size, layer_map: Sequence[int] | None, teachers: Sequence[nn.Module],
+                  data, labels, training, config: KdConfig, epochs: float, lr: float, seed: int,
+                  device: torch.device, variant: str) -> tuple[nn.Module, dict]:
+    """One student of ``distill@<student>-<task>``: :func:`student_encoder` of ``size``
+    (:class:`tasks.core.params.Student`) on ``base``, the family's head (:func:`build_student`),
+    then :func:`distill` with the task's batch, warm-up, weight decay and clipping.
+
+    Returns:
+        the trained student (eval mode) and :func:`distill`'s summary.
+    """
+    encoder = student_encoder(base, size.num_hidden_layers, size.hidden_size, size.num_attention_heads,
+                              size.intermediate_size, layer_map, seed)
+    student = build_student(family, encoder, labels, training, seed)
+    summary = distill(student, teachers, data, config, epochs=epochs, batch_size=training.batch_size, lr=lr,
+                      warmup_fraction=training.warmup_fraction, weight_decay=training.weight_decay,
+                      max_grad_norm=training.max_grad_norm, seed=seed, device=device, log=get_run_logger().info)
+    return student.eval(), summary
+
+
+def layer_map_for(student_layers: int, teacher_layers: int) -> list[int]:
+    """An evenly spread layer map (0-based): student layer ``j`` from teacher layer ⌈(j+1)·T/S⌉ − 1,
+    so the last student layer starts as the last teacher layer (S=3 of T=12: 3, 7, 11)."""
+    return [math.ceil((j + 1) * teacher_layers / student_layers) - 1 for j in range(student_layers)]
