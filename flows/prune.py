@@ -49,7 +49,7 @@ def prune(model_name: str, task_name: str) -> None:
     rows = [evaluate_variant("unpruned", f"{model_name} fine-tuned (finetune)", models,
                              [{"seed": s} for s in seeds], **common)]
     # vocabulary pruning keeps the tokens of the task's encoded splits: predictions unchanged
-    keep = used_ids(list(data.values()), len(tokenizer.all_special_ids))
+    keep = used_ids(list(data.values()), tokenizer.all_special_ids)
     knobs = dict(heads=cfg.prune.heads, ffn=cfg.prune.ffn, examples=cfg.prune.importance_examples,
                  batch_size=cfg.prune.importance_batch_size, device=device)
     out_dir = paths.PRUNED / paths.finetune_name(model_name, task_name)

@@ -284,7 +284,7 @@ def test_pruned_models_load(tmp_path):
     slice_layer(layers[0], torch.tensor([1]), torch.arange(5))
     slice_layer(layers[1], torch.tensor([0, 3]), torch.arange(17))
     record_shape(encoder_of(uneven))
-    new_id = prune_vocabulary(uneven, used_ids([data], 5))
+    new_id = prune_vocabulary(uneven, used_ids([data], [0, 1, 2, 3, 4]))
     save_pruned(uneven, tmp_path / "uneven")
     loaded = load_pruned(family, tmp_path / "uneven", tmp_path / "base", ["0", "1"], training)
     renumbered = Renumbered(data, new_id)
@@ -296,7 +296,7 @@ def test_vocabulary_pruning_keeps_predictions():
     data = Toy(n=20, seed=3)
     model = classifier(6)
     before = _logits(model, data)
-    keep = used_ids([data], 5)
+    keep = used_ids([data], [0, 1, 2, 3, 4])
     assert len(keep) < VOCAB
     new_id = prune_vocabulary(model, keep)
     assert model.bert.embeddings.word_embeddings.num_embeddings == len(keep)

@@ -23,6 +23,7 @@ valid positions of each window.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import tempfile
 import time
@@ -34,7 +35,7 @@ import torch
 import torch.nn.functional as F
 from prefect import get_run_logger
 from torch import nn
-from transformers import BertModel
+from transformers import BertConfig, BertModel
 
 from tasks.compression.encoder import Recorder, encoder_of
 from tasks.core.errors import ParamsError
@@ -168,21 +169,26 @@ def check_student(student_layers: int, teacher_layers: int, layer_map: Sequence[
 
 def student_encoder(base: BertModel, layers: int, hidden_size: int, heads: int, intermediate_size: int,
                     layer_map: Sequence[int] | None, seed: int) -> BertModel:
-    """A student encoder of the given size on ``base``'s vocabulary and positions.
+    """A BERT student encoder of the given size on ``base``'s vocabulary and positions (``base``
+    may be any encoder with BERT's config fields when initialised at random).
 
     With ``layer_map``, student layer ``j`` starts as a copy of ``base`` layer ``layer_map[j]``
     (0-based) and the embeddings are ``base``'s, as TextBrewer's T3/T6 students take BERT-base
     layers; the widths must then equal ``base``'s. Without, it is initialised at random under ``seed``.
 
     Raises:
-        ParamsError: ``layer_map`` with widths that differ from ``base``'s.
+        ParamsError: ``layer_map`` with widths that differ from ``base``'s, or a ``base`` that is
+            not a BERT-architecture encoder.
     """
-    config = base.config.__class__(**{**base.config.to_dict(), "num_hidden_layers": layers, "hidden_size": hidden_size,
-                                      "num_attention_heads": heads, "intermediate_size": intermediate_size})
+    inherited = ("vocab_size", "max_position_embeddings", "type_vocab_size", "pad_token_id", "hidden_act",
+                 "layer_norm_eps", "hidden_dropout_prob", "attention_probs_dropout_prob", "initializer_range")
+    config = BertConfig(**{k: getattr(base.config, k) for k in inherited}, num_hidden_layers=layers,
+                        hidden_size=hidden_size, num_attention_heads=heads, intermediate_size=intermediate_size)
     torch.manual_seed(seed)
     student = BertModel(config, add_pooling_layer=False)
     if layer_map is None:
         return student
+    encoder_of(base)  # a BERT-architecture teacher (ALBERT shares its layers)
     if (hidden_size, heads, intermediate_size) != (base.config.hidden_size, base.config.num_attention_heads,
                                                    base.config.intermediate_size):
         raise ParamsError(f"a student initialised from teacher layers needs the teacher's widths (hidden "
@@ -227,6 +233,11 @@ def _projections(matches: Sequence[Match], student_hidden: int, teacher_hidden: 
                           for i, m in enumerate(matches) if m.kind != "attention_mse"})
 
 
+def _recording(encoder: BertModel | None, hidden: bool, attentions: bool):
+    """A :class:`Recorder` when there is something to record, else a no-op context."""
+    return Recorder(encoder, hidden, attentions) if encoder is not None else contextlib.nullcontext()
+
+
 def distill(student: nn.Module, teachers: Sequence[nn.Module], data, cfg: KdConfig, *, epochs: float,
             batch_size: int, lr: float, warmup_fraction: float, weight_decay: float, max_grad_norm: float,
             seed: int, device: torch.device, log: Callable[[str], None] = print) -> dict:
@@ -237,7 +248,8 @@ def distill(student: nn.Module, teachers: Sequence[nn.Module], data, cfg: KdConf
     ``kd_weight: 0`` and no matches is the labels-only baseline under the same conditions.
     Several teachers: their logits are averaged before softening (multi-teacher KD). Teachers
     run in eval mode without gradients; projections for hidden matches of another width train
-    with the student. One process (no DDP).
+    with the student. With ``attention_mse`` both models switch to eager attention (sdpa
+    returns no probabilities; same attention). One process (no DDP).
 
     Returns:
         ``steps``, ``train_loss`` (total, mean over the last 10% of steps), ``kd_loss`` and
@@ -247,14 +259,17 @@ def distill(student: nn.Module, teachers: Sequence[nn.Module], data, cfg: KdConf
     student.to(device).train()
     for teacher in teachers:
         teacher.to(device).eval()
-    enc_s = encoder_of(student)
-    enc_t = [encoder_of(t) for t in teachers]
     need_hidden = any(m.kind != "attention_mse" for m in cfg.matches)
     need_attention = any(m.kind == "attention_mse" for m in cfg.matches)
     if cfg.matches and len(teachers) != 1:
         raise ParamsError("intermediate matches need exactly one teacher")
-    projections = _projections(cfg.matches, enc_s.config.hidden_size,
-                               enc_t[0].config.hidden_size if teachers else enc_s.config.hidden_size).to(device)
+    enc_s = encoder_of(student) if cfg.matches else None
+    enc_t = encoder_of(teachers[0]) if cfg.matches else None
+    if need_attention:  # sdpa returns no attention probabilities; eager computes the same attention
+        enc_s.set_attn_implementation("eager")
+        enc_t.set_attn_implementation("eager")
+    projections = _projections(cfg.matches, enc_s.config.hidden_size, enc_t.config.hidden_size).to(device) \
+        if cfg.matches else nn.ModuleDict()
     schedule = BatchSchedule(data.lengths, batch_size, seed)
     total = max(1, round(epochs * schedule.per_epoch))
     opt = optimizer_for(nn.ModuleList([student, projections]), lr, weight_decay)
@@ -266,12 +281,12 @@ def distill(student: nn.Module, teachers: Sequence[nn.Module], data, cfg: KdConf
             group["lr"] = learning_rate(step, total, lr, warmup_fraction)
         batch = {k: v.to(device, non_blocking=True) for k, v in data.batch(index).items()}
         inputs = {k: v for k, v in batch.items() if k not in LABEL_KEYS}
-        with autocast(device), Recorder(enc_s, need_hidden, need_attention) as rec_s:
+        with autocast(device), _recording(enc_s, need_hidden, need_attention) as rec_s:
             out_s = student(**batch)
         loss = cfg.hard_weight * out_s.loss if cfg.hard_weight else out_s.loss.new_zeros(())
         kd = match = torch.zeros((), device=device)
         if teachers and (cfg.kd_weight or cfg.matches):
-            with torch.no_grad(), autocast(device), Recorder(enc_t[0], need_hidden, need_attention) as rec_t:
+            with torch.no_grad(), autocast(device), _recording(enc_t, need_hidden, need_attention) as rec_t:
                 outs_t = [t(**inputs) for t in teachers]
             if cfg.kd_weight:
                 tau = temperature_at(step, total, cfg.temperature, cfg.temperature_schedule)

@@ -21,6 +21,8 @@ import torch
 from torch import nn
 from transformers import BertModel, PreTrainedModel
 
+from tasks.core.errors import ParamsError
+
 # config.json keys of a model whose layers differ in heads or FFN size (see load_pruned_encoder)
 LAYER_HEADS = "layer_heads"
 LAYER_INTERMEDIATE = "layer_intermediate_sizes"
@@ -30,12 +32,14 @@ def encoder_of(model: nn.Module) -> BertModel:
     """The BERT-style encoder (a ``PreTrainedModel`` with ``encoder.layer``) inside a task model.
 
     Raises:
-        TypeError: ``model`` holds no such encoder.
+        ParamsError: ``model`` holds no such encoder (e.g. ALBERT, whose layers are shared):
+            the compression stages support BERT-architecture models.
     """
     for module in model.modules():
         if isinstance(module, PreTrainedModel) and hasattr(getattr(module, "encoder", None), "layer"):
             return module
-    raise TypeError(f"{type(model).__name__} holds no BERT-style encoder (a model with encoder.layer)")
+    raise ParamsError(f"{type(model).__name__} holds no BERT-style encoder (encoder.layer): distillation matches, "
+                      "students from teacher layers and pruning need a BERT-architecture model")
 
 
 def heads_of(layer: nn.Module) -> int:
@@ -51,7 +55,7 @@ class Recorder:
     ``rec.hidden[i]`` is state ``i`` (``float [B, L, H]``, 0 = embeddings' output) and
     ``rec.attentions[i]`` layer ``i``'s attention probabilities (``float [B, heads, L, L]``,
     1-based; index 0 is None). Attention probabilities need the eager attention implementation
-    (sdpa does not return them): :meth:`__enter__` switches the encoder to it when ``attentions``.
+    (sdpa does not return them): call ``encoder.set_attn_implementation("eager")`` first.
     """
 
     def __init__(self, encoder: BertModel, hidden: bool = True, attentions: bool = False):
@@ -64,8 +68,6 @@ class Recorder:
         layers = self.encoder.encoder.layer
         self.hidden = [None] * (len(layers) + 1)
         self.attentions = [None] * (len(layers) + 1)
-        if self.want_attentions and self.encoder.config._attn_implementation != "eager":
-            self.encoder.set_attn_implementation("eager")
 
         def keep(store: list, i: int, pick):
             def hook(module, args, output):

@@ -190,10 +190,10 @@ def prune_vocabulary(model: nn.Module, keep: np.ndarray) -> np.ndarray:
     return new_id
 
 
-def used_ids(data, pad_to: int) -> np.ndarray:
+def used_ids(data, special_ids: list[int]) -> np.ndarray:
     """Ascending token ids that occur in the encoded examples of ``data`` (a list of encoded
-    splits) plus the ids below ``pad_to`` (special tokens sit first in BERT vocabularies)."""
-    seen = {int(i) for i in range(pad_to)}
+    splits), plus ``special_ids`` (the tokenizer's special tokens)."""
+    seen = {int(i) for i in special_ids}
     for split in data:
         for start in range(0, len(split), 512):
             ids = split.batch(np.arange(start, min(start + 512, len(split))))["input_ids"]
