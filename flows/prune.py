@@ -14,8 +14,7 @@ import time
 from prefect import flow
 
 from tasks.compression.measure import evaluate_variant, size_of
-from tasks.compression.prune import (ALLOCATION, IMPORTANCE, Renumbered, prune_model, prune_vocabulary, save_pruned,
-                                     used_ids)
+from tasks.compression.prune import Renumbered, prune_copy, prune_vocabulary, save_pruned, used_ids, variants
 from tasks.core import paths
 from tasks.core.errors import ParamsError
 from tasks.core.io import atomic_outputs
@@ -55,27 +54,16 @@ def prune(model_name: str, task_name: str) -> None:
     out_dir = paths.PRUNED / paths.finetune_name(model_name, task_name)
     with atomic_outputs(out_dir, paths.stage_metrics("prune", paths.finetune_name(model_name, task_name))) as (
             out, metrics_file):
-        for kind in IMPORTANCE:
-            for allocation in ALLOCATION:
-                for n_iters in sorted({1, cfg.prune.n_iters}):
-                    name = f"{kind}-{allocation}-" + ("one_shot" if n_iters == 1 else f"iterative{n_iters}")
-                    pruned, runs = [], []
-                    for seed, model in zip(seeds, models):
-                        copy_ = copy.deepcopy(model)
-                        shape = prune_model(copy_, data["train"], kind, allocation, n_iters, name=name, seed=seed,
-                                            **knobs)
-                        pruned.append(copy_)
-                        runs.append({"seed": seed, **shape})
-                    row = evaluate_variant(name, f"{kind} importance, {allocation}, " +
-                                           ("one shot" if n_iters == 1 else f"{n_iters} iterations"),
-                                           pruned, runs, **common)
-                    save_pruned(pruned[0], out / name)
-                    small = copy.deepcopy(pruned[0])
-                    new_id = prune_vocabulary(small, keep)
-                    row["vocabulary_pruned"] = size_of(small, Renumbered(data["dev"], new_id), device,
-                                                       cfg.latency_repeats)
-                    row["kept_tokens"] = len(keep)
-                    rows.append(row)
+        for variant in variants(cfg.prune.n_iters):
+            pruned = [prune_copy(m, data["train"], variant, seed=s, **knobs) for s, m in zip(seeds, models)]
+            row = evaluate_variant(variant.name, variant.description, [p for p, _ in pruned],
+                                   [{"seed": s, **shape} for s, (_, shape) in zip(seeds, pruned)], **common)
+            save_pruned(pruned[0][0], out / variant.name)
+            small = copy.deepcopy(pruned[0][0])
+            new_id = prune_vocabulary(small, keep)
+            row.update(vocabulary_pruned=size_of(small, Renumbered(data["dev"], new_id), device, cfg.latency_repeats),
+                       kept_tokens=len(keep))
+            rows.append(row)
         settings = {"heads": cfg.prune.heads, "ffn": cfg.prune.ffn, "n_iters": cfg.prune.n_iters,
                     "importance_examples": cfg.prune.importance_examples}
         write_metrics(metrics_file, PruneMetrics(

@@ -2,8 +2,8 @@
 every stage runs its Prefect flow; a second repro does nothing; the data stages are
 byte-identical when forced to rerun; the Prefect pipeline flow walks the same graph;
 every pretraining objective runs and lands in the report's comparison table, and the
-fine-tuning params changed with it rerun only fine-tuning, the analyses that fine-tune
-and the report."""
+fine-tuning params changed with it rerun only fine-tuning, the analyses and compression
+stages that use fine-tuned models, and the report; the compression stages' saved models load."""
 
 import json
 import os
@@ -29,6 +29,8 @@ FINETUNE_STAGES = {f"{'finetune_baseline' if m == 'random' else 'finetune'}@{m}-
 # the analyses that fine-tune (with finetune's knobs), and the probes, which do not
 TRAINED_ANALYSES = {*(f"ablation@{m}" for m in MODELS), *(f"scalar_mix@{m}" for m in MODELS), "attributions@wwm"}
 ANALYSIS_STAGES = TRAINED_ANALYSES | {f"probe@{m}" for m in MODELS}
+COMPRESSED = ["sentiment", "msra_ner", "msra_mrc"]  # compression.tasks
+COMPRESSION_STAGES = {*(f"distill@l1-{t}" for t in COMPRESSED), *(f"prune@wwm-{t}" for t in COMPRESSED)}
 
 
 def run(cmd, repo, env):
@@ -63,8 +65,8 @@ def repo(tmp_path_factory, prefect_server):
 
 def test_every_stage_runs_and_produces_its_outputs(repo):
     repo, _, out = repo
-    assert ran_stages(out) == set(DATA_STAGES) | FINETUNE_STAGES | MULTILINGUAL_STAGES | ANALYSIS_STAGES | {
-        "pretrain@mlm", "pretrain@wwm", "init_random", "report"}
+    assert ran_stages(out) == set(DATA_STAGES) | FINETUNE_STAGES | MULTILINGUAL_STAGES | ANALYSIS_STAGES | \
+        COMPRESSION_STAGES | {"pretrain@mlm", "pretrain@wwm", "init_random", "report"}
     for model in MODELS:
         assert (repo / "models" / model / "model.safetensors").is_file()
         assert (repo / "models" / model / "tokenizer.json").is_file()
@@ -77,8 +79,8 @@ def test_every_stage_runs_and_produces_its_outputs(repo):
     html = (repo / "reports" / "report.html").read_text()
     assert "data:image/png;base64," in html and "http://" not in html and "https://" not in html
     md = (repo / "reports" / "report.md").read_text()
-    for heading in ("Corpus", "Pretraining", "Fine-tuning", "Multilingual", "Interpretability", "Run times",
-                    "Parameters", "Data versions"):
+    for heading in ("Corpus", "Pretraining", "Fine-tuning", "Multilingual", "Interpretability", "Compression",
+                    "Run times", "Parameters", "Data versions"):
         assert f"## {heading}" in md
     manifest = json.loads((repo / "corpora" / "manifest.json").read_text())
     assert {e["source"] for e in manifest["files"]} == {"peoples_daily", "sentiment", "lcqmc", "msra_ner", "synonyms",
@@ -158,6 +160,49 @@ def test_interpretability_stages(repo):
     assert "reproduces the fine-tuning stage's seed-1 score exactly" in md
 
 
+def test_compression_stages(repo, monkeypatch):
+    """Every distillation and pruning variant ran on each family; the saved pruned model loads
+    with the documented loader and scores exactly what the stage recorded for its first seed."""
+    import torch
+
+    from tasks.compression.prune import load_pruned
+    from tasks.core.model_dir import load_tokenizer
+    from tasks.core.params import load_params
+    from tasks.downstream.families import FAMILIES, load_task_data
+
+    repo, _, _ = repo
+    for task in COMPRESSED:
+        distill = json.loads((repo / "metrics" / "distill" / f"l1-{task}.json").read_text())
+        variants = {v["name"]: v for v in distill["variants"]}
+        assert list(variants) == ["teacher", "teacher_ensemble", "labels", "kd", "kd_intermediate", "multi_teacher"]
+        teacher, student = variants["teacher"], variants["labels"]
+        assert [r["seed"] for r in student["runs"]] == [1, 2]
+        assert student["size"]["parameters"] < teacher["size"]["parameters"]
+        finetuned = json.loads((repo / "metrics" / "finetune" / f"wwm-{task}.json").read_text())
+        assert teacher["test"] == finetuned["test"]  # the teachers are the models finetune saved
+        assert variants["kd"]["runs"][0]["train"]["kd_loss"] > 0
+        assert variants["kd_intermediate"]["runs"][0]["train"]["match_loss"] > 0
+        prune = json.loads((repo / "metrics" / "prune" / f"wwm-{task}.json").read_text())
+        assert len(prune["variants"]) == 1 + 2 * 2 * 2
+        for v in prune["variants"][1:]:  # one layer of 2 heads and 64 FFN neurons, pruned to 1 and 32
+            assert v["runs"][0]["heads"] == [1] and v["runs"][0]["ffn"] == [32]
+            assert v["vocabulary_pruned"]["parameters"] < v["size"]["parameters"] < teacher["size"]["parameters"]
+    monkeypatch.chdir(repo)
+    params = load_params()
+    spec, family, name = params.task("msra_ner"), FAMILIES["ner"], "self_supervised-uneven-iterative2"
+    training = params.finetune.for_task(spec)
+    tables, labels, data = load_task_data("msra_ner", family, ("train", "dev", "test"), load_tokenizer("models/wwm"),
+                                          training)
+    model = load_pruned(family, repo / "results" / "prune" / "wwm-msra_ner" / name, repo / "models" / "wwm",
+                        labels, training)
+    scores, _ = family.evaluate(model, data["dev"], tables["dev"], training, labels, spec.metrics,
+                                torch.device("cpu"))
+    recorded = next(v for v in json.loads((repo / "metrics" / "prune" / "wwm-msra_ner.json").read_text())[
+        "variants"] if v["name"] == name)["runs"][0]["dev"]
+    assert {m: scores[m] for m in spec.metrics} == recorded
+    assert "| l1: kd |" in (repo / "reports" / "report.md").read_text()
+
+
 def test_sampling_exponent_reruns_only_what_follows_resampling(repo):
     repo, env, _ = repo
     run(["dvc", "repro"], repo, env)
@@ -193,6 +238,7 @@ def test_every_objective_runs_through_dvc_and_is_compared(repo):
     assert len(objectives) >= 11
     params["compare"] = objectives
     params["finetune"].update(tasks=["sentiment"], seeds=[1])
+    params["compression"]["tasks"] = ["sentiment"]  # compressed tasks must be fine-tuned
     (repo / "params.yaml").write_text(yaml.safe_dump(params, allow_unicode=True), encoding="utf-8")
     out = run(["dvc", "repro"], repo, env)
     new = set(objectives) - {"mlm", "wwm"}
@@ -201,7 +247,7 @@ def test_every_objective_runs_through_dvc_and_is_compared(repo):
     required = ({f"pretraining_data@{o}" for o in new} | {f"pretrain@{o}" for o in new}
                 | {f"finetune@{o}-sentiment" for o in objectives} | {"finetune_baseline@random-sentiment", "report"})
     assert required <= ran_stages(out)
-    assert ran_stages(out) - required <= TRAINED_ANALYSES
+    assert ran_stages(out) - required <= TRAINED_ANALYSES | {"distill@l1-sentiment", "prune@wwm-sentiment"}
     mac = json.loads((repo / "metrics" / "pretraining_data" / "mac.json").read_text())
     assert mac["similar_words"] > 0 and 0 <= mac["similar_fallback_rate"] < 1 and mac["mask"] == 0
     perlm = json.loads((repo / "metrics" / "pretrain" / "perlm.json").read_text())

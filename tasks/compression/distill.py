@@ -60,7 +60,7 @@ def prediction_logits(out, batch: dict[str, torch.Tensor]) -> list[torch.Tensor]
     """
     if "start_logits" in out:
         valid = batch["attention_mask"].bool()
-        return [out["start_logits"].float().masked_fill(~valid, NEG), out["end_logits"].float().masked_fill(~valid, NEG)]
+        return [out[k].float().masked_fill(~valid, NEG) for k in ("start_logits", "end_logits")]
     logits = out["logits"].float()
     if logits.ndim == 3:
         return [logits[batch["labels"] != IGNORE_INDEX]]

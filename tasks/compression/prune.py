@@ -23,6 +23,7 @@ Ties are broken by position (layer, then index), so the choice does not depend o
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -155,14 +156,38 @@ def prune(model: nn.Module, data, *, heads: int, ffn: int, kind: str, allocation
     return history
 
 
-@stage_task(task_run_name="{name}-seed-{seed}")
-def prune_model(model: nn.Module, data, kind: str, allocation: str, n_iters: int, *, heads: int, ffn: int,
-                examples: int, batch_size: int, device: torch.device, name: str, seed: int) -> dict:
-    """:func:`prune` as a Prefect task (one variant, one seed's model): returns the heads and FFN
-    neurons kept per layer at the end."""
-    history = prune(model, data, heads=heads, ffn=ffn, kind=kind, allocation=allocation, n_iters=n_iters,
-                    examples=examples, batch_size=batch_size, device=device)
-    return history[-1]
+@dataclass(frozen=True)
+class PruneVariant:
+    """One row of the pruning grid: importance kind, allocation and iterations (1 = one shot)."""
+    importance: str
+    allocation: str
+    n_iters: int
+
+    @property
+    def name(self) -> str:
+        schedule = "one_shot" if self.n_iters == 1 else f"iterative{self.n_iters}"
+        return f"{self.importance}-{self.allocation}-{schedule}"
+
+    @property
+    def description(self) -> str:
+        return (f"{self.importance} importance, {self.allocation}, "
+                + ("one shot" if self.n_iters == 1 else f"{self.n_iters} iterations"))
+
+
+def variants(n_iters: int) -> list[PruneVariant]:
+    """The grid ``prune@<model>-<task>`` runs: importance x allocation x (one shot, ``n_iters``)."""
+    return [PruneVariant(k, a, n) for k in IMPORTANCE for a in ALLOCATION for n in sorted({1, n_iters})]
+
+
+@stage_task(task_run_name="{variant.name}-seed-{seed}")
+def prune_copy(model: nn.Module, data, variant: PruneVariant, *, heads: int, ffn: int, examples: int,
+               batch_size: int, device: torch.device, seed: int) -> tuple[nn.Module, dict]:
+    """A pruned copy of ``model`` (one seed's) by ``variant`` (:func:`prune`); returns it and the
+    heads and FFN neurons it keeps per layer."""
+    pruned = copy.deepcopy(model)
+    history = prune(pruned, data, heads=heads, ffn=ffn, kind=variant.importance, allocation=variant.allocation,
+                    n_iters=variant.n_iters, examples=examples, batch_size=batch_size, device=device)
+    return pruned, history[-1]
 
 
 def prune_vocabulary(model: nn.Module, keep: np.ndarray) -> np.ndarray:

@@ -102,8 +102,8 @@ def _findings(task: str, distilled: list[DistillMetrics], pruned: list[PruneMetr
         kept = [(v.name, _summary(m.family, v.test[m.headline]).mean / reference) for v in m.variants[1:]]
         ok = [name for name, r in kept if r >= RETAINED]
         best = max(kept, key=lambda x: x[1])
-        lines.append(f"{task}, {m.model} pruned to {m.settings['heads']} heads and {m.settings['ffn']} FFN neurons "
-                     f"per layer: {len(ok)} of {len(kept)} variants keep ≥ {RETAINED:.0%} of the unpruned test score "
+        lines.append(f"{task}, {m.model} pruned to heads = {m.settings['heads']} and FFN = {m.settings['ffn']} per "
+                     f"layer: {len(ok)} of {len(kept)} variants keep ≥ {RETAINED:.0%} of the unpruned test score "
                      f"(best {best[0]}: {best[1]:.0%}).")
     return lines
 
