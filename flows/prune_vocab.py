@@ -26,7 +26,7 @@ def prune_vocab() -> None:
     pruned, pruned_tokenizer, checks = prune_to_languages(model, tokenizer, read_documents(paths.MULTILINGUAL),
                                                           spec.languages, params.pretraining_data.max_seq_length)
     stats = {"mixture": spec.mixture, "languages": spec.languages, **checks}
-    with atomic_outputs(paths.PRUNED, paths.stage_metrics("prune_vocab")) as (out, metrics):
+    with atomic_outputs(paths.VOCAB_PRUNED, paths.stage_metrics("prune_vocab")) as (out, metrics):
         pruned.save_pretrained(out)
         pruned_tokenizer.save_pretrained(out)
         stats["model_bytes"] = {"before": (source / "model.safetensors").stat().st_size,

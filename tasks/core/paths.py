@@ -24,10 +24,10 @@ MULTILINGUAL = Path("data/multilingual/documents.parquet")
 MULTILINGUAL_TOKENIZER = Path("models/tokenizer_multilingual")
 MIXTURES = Path("data/mixtures")          # resample@<mixture>: <mixture>.parquet
 CONTINUED = Path("models/continued")      # continue_pretrain@<mixture>: <mixture>/
-PRUNED = Path("models/pruned")
+VOCAB_PRUNED = Path("models/pruned")      # prune_vocab: the continued model cut to some languages
 MODELS = Path("models")
 PREDICTIONS = Path("results/finetune")
-PRUNED = Path("results/prune")  # prune@<model>-<task>: <model>-<task>/<variant>/ (save_pruned)
+PRUNED = Path("results/prune")            # prune@<model>-<task>: <model>-<task>/<variant>/ (save_pruned)
 ATTRIBUTIONS = Path("results/attributions")  # attributions@<model>: <model>/attributions.html
 
 METRICS = Path("metrics")
