@@ -13,11 +13,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tasks.core.metrics import FinetuneMetrics, SeedSummary, read_metrics
+from tasks.core.metrics import FinetuneMetrics, PruneMetrics, SeedSummary, read_metrics
 from tasks.core.params import Objective, Params
 from tasks.report.common import max_avg
 from tasks.report.comparison import comparison_section
-from tasks.report.compression import compression_section
+from tasks.report.compression import _findings, compression_section
 from tasks.report.corpus import corpus_section
 from tasks.report.errors import errors_section
 from tasks.report.finetune import as_fractions, finetune_results, finetune_section
@@ -165,6 +165,16 @@ def test_every_section_template_renders_from_metrics(params, tmp_path):
         *(f"### {t} ({params.task(t).metrics[0]})" for t in params.compression.tasks), "### Findings"]
     assert "| teacher (wwm) |" in compression and "| l1: kd |" in compression and "| pruned: supervised-uneven-" \
         in compression and "vs labels only" in compression and "keep ≥ 90%" in compression
+
+
+def test_pruning_findings_state_retention_and_survive_an_unpruned_score_of_zero():
+    m = read_metrics(METRICS / "prune" / "wwm-sentiment.json", PruneMetrics)
+    [line] = _findings("sentiment", [], [m])
+    assert re.search(r"\d+ of \d+ variants keep ≥ 90% of the unpruned test score \(best \S+: \d+%\)", line)
+    zero = SeedSummary(mean=0, std=0, max=0, min=0, n=len(m.seeds))
+    unpruned = m.variants[0].model_copy(update={"test": {k: zero for k in m.variants[0].test}})
+    [line] = _findings("sentiment", [], [m.model_copy(update={"variants": [unpruned, *m.variants[1:]]})])
+    assert line.endswith("the unpruned model scores 0 on test, so no retention can be stated.")
 
 
 def test_sections_say_what_has_not_run(params, tmp_path):

@@ -99,11 +99,14 @@ def _findings(task: str, distilled: list[DistillMetrics], pruned: list[PruneMetr
                          f"teachers' ensemble {fmt(e.mean, 1, True)}.")
     for m in pruned:
         reference = _summary(m.family, m.variants[0].test[m.headline]).mean
+        head = f"{task}, {m.model} pruned to heads = {m.settings['heads']} and FFN = {m.settings['ffn']} per layer"
+        if reference <= 0:  # an untrained-looking model: retention is undefined, say so rather than divide by 0
+            lines.append(f"{head}: the unpruned model scores 0 on test, so no retention can be stated.")
+            continue
         kept = [(v.name, _summary(m.family, v.test[m.headline]).mean / reference) for v in m.variants[1:]]
         ok = [name for name, r in kept if r >= RETAINED]
         best = max(kept, key=lambda x: x[1])
-        lines.append(f"{task}, {m.model} pruned to heads = {m.settings['heads']} and FFN = {m.settings['ffn']} per "
-                     f"layer: {len(ok)} of {len(kept)} variants keep ≥ {RETAINED:.0%} of the unpruned test score "
+        lines.append(f"{head}: {len(ok)} of {len(kept)} variants keep ≥ {RETAINED:.0%} of the unpruned test score "
                      f"(best {best[0]}: {best[1]:.0%}).")
     return lines
 
