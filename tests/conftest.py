@@ -57,10 +57,11 @@ def small_params() -> dict:
     params["multilingual"]["vocab"].update(new_vocab_size=400)
     params["probe"].update(pos_file="peoples_daily_sample.txt", sentences={"train": 60, "test": 20})
     params["attributions"].update(steps=10)
+    # narrower than the 1-layer teacher, so it is smaller and its hidden_mse goes through a projection
     params["compression"]["students"] = {"l1": {
-        "num_hidden_layers": 1, "hidden_size": 32, "num_attention_heads": 2, "intermediate_size": 64,
-        "init": "teacher", "layer_map": [0], "matches": [{"kind": "hidden_mse", "student": 1, "teacher": 1},
-                                                         {"kind": "attention_mse", "student": 1, "teacher": 1}]}}
+        "num_hidden_layers": 1, "hidden_size": 16, "num_attention_heads": 2, "intermediate_size": 32,
+        "init": "random", "matches": [{"kind": "hidden_mse", "student": 1, "teacher": 1},
+                                      {"kind": "attention_mse", "student": 1, "teacher": 1}]}}
     params["compression"]["prune"].update(heads=1, ffn=32, n_iters=2, importance_examples=64)
     params["compression"]["latency_repeats"] = 4
     return params
