@@ -144,7 +144,8 @@ def in_memory_mixture(path, tokenizer, alpha, beta, total_tokens, seed):
 
 @pytest.mark.parametrize("batch_rows", [1, 4, 7, 1000])
 @pytest.mark.parametrize("total_tokens", [40, 400])  # every language down-sampled; every one repeated
-def test_streamed_mixture_equals_the_in_memory_reference(tmp_path, batch_rows, total_tokens):
+def test_streamed_mixture_equals_the_in_memory_reference(tmp_path, monkeypatch, batch_rows, total_tokens):
+    monkeypatch.setattr("tasks.multilingual.resample.TOKENIZE_DOCUMENTS", 3)  # several tokenizer calls a batch
     tokenizer = documents(tmp_path / "documents.parquet")
     names, codes, lengths = train_lengths(tmp_path / "documents.parquet", tokenizer, batch_rows)
     assert codes.dtype == np.int32 and lengths.dtype == np.int64 and (lengths == 0).sum() == 1
