@@ -361,3 +361,30 @@ def test_ablation_shares(batch, shares, expected):
     for name, share in expected.items():
         assert out.counts[name] / total == pytest.approx(share, abs=0.006), name
     assert (out.input_ids[out.chosen] == MASK).sum() == out.counts["mask"]
+
+
+@pytest.mark.parametrize("scheme", ["mlm", "wwm", "ngram"])
+def test_visit_window_never_changes_the_choice(batch, scheme, monkeypatch):
+    """The visit order is computed for VISIT_WINDOW visits, then in full for the rows still
+    choosing: a window of 1 (every row falls back) and one wider than any row choose alike."""
+    from tasks.pretraining import masking
+
+    ids, words = batch
+    ids, words = ids[:1500], words[:1500]
+    choices = []
+    for window in (1, 3, 10_000):
+        monkeypatch.setattr(masking, "VISIT_WINDOW", window)
+        choices.append(run(scheme, ids, words, seed=5).chosen)
+    assert choices[0].any()
+    for other in choices[1:]:
+        np.testing.assert_array_equal(choices[0], other)
+
+
+def test_shuffle_within_rows_is_lexsort():
+    from tasks.pretraining.masking import _shuffle_within_rows
+
+    rng = np.random.default_rng(0)
+    rows = np.sort(rng.integers(0, 50, 700))
+    keys = rng.random(700)
+    keys[::7] = 0.5  # ties keep their order, as lexsort does
+    np.testing.assert_array_equal(_shuffle_within_rows(rows, keys), np.lexsort((keys, rows)))

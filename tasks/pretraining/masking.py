@@ -127,17 +127,38 @@ def _unit_lengths(unit_ids: np.ndarray) -> np.ndarray:
     return np.bincount(flat, minlength=n_rows * n_units).reshape(n_rows, n_units)
 
 
-def _random_order(lengths: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """``[N, U]`` a uniformly random visiting order of each row's present units, absent units last."""
+def _visit_priorities(lengths: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """``float64 [N, U]``: each row visits its present units in increasing priority (a uniformly
+    random order); absent units get 2.0, after every present one."""
     priority = rng.random(lengths.shape)
     priority[lengths == 0] = 2.0
-    return np.argsort(priority, axis=1, kind="stable")
+    return priority
+
+
+# Visits whose order is computed up front (_visit_order); a row still choosing after them gets
+# its full order. Rows reach their budget (<= max_predictions tokens) within a few visits.
+VISIT_WINDOW = 32
+
+
+def _visit_order(priority: np.ndarray, width: int) -> np.ndarray:
+    """``int64 [N, width]``: the first ``width`` columns of each row's stable argsort.
+
+    A partition, then a sort of ``width`` columns instead of all ``U``. Equal to the
+    full sort on present units, which never tie (distinct uniform doubles); absent
+    units (all 2.0) may come in another order, and they are never chosen.
+    """
+    if width >= priority.shape[1]:
+        return np.argsort(priority, axis=1, kind="stable")
+    first = np.argpartition(priority, width - 1, axis=1)[:, :width]
+    by_priority = np.argsort(np.take_along_axis(priority, first, axis=1), axis=1, kind="stable")
+    return np.take_along_axis(first, by_priority, axis=1)
 
 
 def _tokens_of_units(unit_ids: np.ndarray, unit_chosen: np.ndarray) -> np.ndarray:
     """``bool [N, L]``: tokens whose unit is chosen in ``unit_chosen`` (``[N, U]``)."""
-    rows = np.broadcast_to(np.arange(unit_ids.shape[0])[:, None], unit_ids.shape)
-    return (unit_ids >= 0) & unit_chosen[rows, np.maximum(unit_ids, 0)]
+    n_rows, n_units = unit_chosen.shape
+    flat = np.arange(0, n_rows * n_units, n_units)[:, None] + np.maximum(unit_ids, 0)
+    return (unit_ids >= 0) & unit_chosen.reshape(-1)[flat]
 
 
 def select_units(unit_ids: np.ndarray, budget: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -148,6 +169,9 @@ def select_units(unit_ids: np.ndarray, budget: np.ndarray, rng: np.random.Genera
     still fits in the budget and skipped otherwise, so a chosen set never splits
     a unit and never exceeds the budget (BERT's ``create_masked_lm_predictions``:
     ``if len(masked_lms) + len(index_set) > num_to_predict: continue``).
+
+    The loop runs over visits, vectorised over rows, and only over the rows still
+    choosing.
 
     Args:
         unit_ids: ``int [N, L]`` dense unit index per token (0..U-1 per row), -1 = never chosen.
@@ -161,23 +185,31 @@ def select_units(unit_ids: np.ndarray, budget: np.ndarray, rng: np.random.Genera
     n_units = lengths.shape[1]
     if n_units == 0:
         return np.zeros(unit_ids.shape, dtype=bool)
-    order = _random_order(lengths, rng)
-    sorted_len = np.take_along_axis(lengths, order, axis=1)
+    priority = _visit_priorities(lengths, rng)
     budget = np.asarray(budget, dtype=np.int64)
-    if lengths.max() <= 1:  # single-token units: the first `budget` in random order
-        chosen_sorted = np.arange(n_units)[None, :] < budget[:, None]
-    else:
-        chosen_sorted = np.zeros((n_rows, n_units), dtype=bool)
-        total = np.zeros(n_rows, dtype=np.int64)
-        for j in range(n_units):
-            length = sorted_len[:, j]
-            take = (length > 0) & (total + length <= budget)
-            chosen_sorted[:, j] = take
-            total += np.where(take, length, 0)
-            if (total >= budget).all():
-                break
     chosen = np.zeros((n_rows, n_units), dtype=bool)
-    np.put_along_axis(chosen, order, chosen_sorted, axis=1)
+    if lengths.max() <= 1:  # single-token units: the first `budget` in random order
+        width = int(budget.max(initial=0))
+        rows, visit = np.nonzero(np.arange(width)[None, :] < budget[:, None])
+        chosen[rows, _visit_order(priority, width)[rows, visit]] = True
+        return _tokens_of_units(unit_ids, chosen)
+    n_present = (lengths > 0).sum(axis=1)
+    total = np.zeros(n_rows, dtype=np.int64)
+    rows = np.flatnonzero(budget > 0)  # the rows still choosing
+    width = min(n_units, VISIT_WINDOW)
+    order = _visit_order(priority[rows], width)
+    for j in range(n_units):
+        if not rows.size:
+            break
+        if j == width:
+            order, width = _visit_order(priority[rows], n_units), n_units
+        unit = order[:, j]  # a present unit: rows whose present units are all visited are gone
+        length = lengths[rows, unit]
+        take = total[rows] + length <= budget[rows]
+        chosen[rows[take], unit[take]] = True
+        total[rows[take]] += length[take]
+        going = (total[rows] < budget[rows]) & (n_present[rows] > j + 1)
+        rows, order = rows[going], order[going]
     return _tokens_of_units(unit_ids, chosen)
 
 
@@ -194,6 +226,9 @@ def select_ngrams(word_ids: np.ndarray, budget: np.ndarray, rng: np.random.Gener
     3. while the span would exceed the budget, shorten it (``n -= 1``); if even
        one word does not fit, skip this start;
     4. skip the span if any of its words is already chosen; otherwise choose it.
+
+    As in :func:`select_units`, the loop runs over visits, vectorised over the rows
+    still choosing.
 
     Args:
         word_ids: ``int [N, L]`` dense word index per token, -1 = never chosen.
@@ -215,34 +250,38 @@ def select_ngrams(word_ids: np.ndarray, budget: np.ndarray, rng: np.random.Gener
     cum = np.zeros((n_rows, n_words_max + k + 1), dtype=np.int64)
     cum[:, 1:n_words_max + 1] = np.cumsum(lengths, axis=1)
     cum[:, n_words_max + 1:] = cum[:, n_words_max:n_words_max + 1]
-    order = _random_order(lengths, rng)
+    priority = _visit_priorities(lengths, rng)
     draws = rng.random((n_rows, n_words_max))
     budget = np.asarray(budget, dtype=np.int64)
     covered = np.zeros((n_rows, n_words_max + k), dtype=bool)
     total = np.zeros(n_rows, dtype=np.int64)
-    row = np.arange(n_rows)
     spans = []
     span_range = np.arange(1, k + 1)
+    rows = np.flatnonzero(budget > 0)  # the rows still choosing
+    width = min(n_words_max, VISIT_WINDOW)
+    order = _visit_order(priority[rows], width)
     for j in range(n_words_max):
-        start = order[:, j]
-        present = start < n_words
-        room = np.clip(n_words - start, 1, k)  # longest span that stays inside the row
-        n = np.searchsorted(cdf, draws[:, j] * cdf[room - 1], side="right") + 1
-        n = np.minimum(n, room)
-        # tokens of spans of 1..k words from `start`
-        span_tokens = cum[row[:, None], start[:, None] + span_range[None, :]] - cum[row, start][:, None]
-        fits = (span_range[None, :] <= n[:, None]) & (total[:, None] + span_tokens <= budget[:, None])
-        n_fit = np.where(fits.any(axis=1), k - np.argmax(fits[:, ::-1], axis=1), 0)
-        words = start[:, None] + span_range[None, :] - 1
-        in_span = span_range[None, :] <= n_fit[:, None]
-        overlap = (covered[row[:, None], words] & in_span).any(axis=1)
-        take = present & (n_fit > 0) & ~overlap
-        if take.any():
-            covered[row[:, None], words] |= in_span & take[:, None]
-            total += np.where(take, span_tokens[row, np.maximum(n_fit - 1, 0)], 0)
-            spans.append(n_fit[take])
-        if (total >= budget).all():
+        if not rows.size:
             break
+        if j == width:
+            order, width = _visit_order(priority[rows], n_words_max), n_words_max
+        start = order[:, j]  # a present word: rows whose words are all visited are gone
+        room = np.clip(n_words[rows] - start, 1, k)  # longest span that stays inside the row
+        n = np.minimum(np.searchsorted(cdf, draws[rows, j] * cdf[room - 1], side="right") + 1, room)
+        # tokens of spans of 1..k words from `start`; nondecreasing in the span, so what fits is a prefix
+        at = (rows * cum.shape[1] + start)[:, None]  # flat index of cum[rows, start]
+        span_tokens = cum.reshape(-1)[at + span_range] - cum.reshape(-1)[at]
+        gap = budget[rows] - total[rows]
+        n_fit = ((span_range <= n[:, None]) & (span_tokens <= gap[:, None])).sum(axis=1)
+        words = (rows * covered.shape[1] + start)[:, None] + span_range - 1  # flat indices into covered
+        in_span = span_range <= n_fit[:, None]
+        take = (n_fit > 0) & ~(covered.reshape(-1)[words] & in_span).any(axis=1)
+        if take.any():
+            covered.reshape(-1)[words[take][in_span[take]]] = True
+            total[rows[take]] += span_tokens[take, n_fit[take] - 1]
+            spans.append(n_fit[take])
+        going = (total[rows] < budget[rows]) & (n_words[rows] > j + 1)
+        rows, order = rows[going], order[going]
     chosen = _tokens_of_units(word_ids, covered[:, :n_words_max])
     return chosen, (np.concatenate(spans) if spans else np.zeros(0, dtype=np.int64))
 
@@ -278,19 +317,20 @@ class MaskedBatch:
     counts: dict[str, int] = field(default_factory=dict)
 
 
-def _word_occurrences(chosen: np.ndarray, unit_ids: np.ndarray) -> tuple[np.ndarray, ...]:
-    """The chosen words as occurrences: ``rows, first, length`` (``int64 [K]`` each: row, first
-    position, tokens) and, per chosen token in row-major order, its occurrence (``int64 [T]``)."""
-    rows, cols = np.nonzero(chosen)
-    new = np.ones(len(rows), dtype=bool)
-    new[1:] = (rows[1:] != rows[:-1]) | (unit_ids[rows[1:], cols[1:]] != unit_ids[rows[:-1], cols[:-1]])
+def _word_occurrences(positions: np.ndarray, unit_ids: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The chosen words as occurrences: ``first, length`` (``int64 [K]`` each: flat position of the
+    first token, tokens) and, per chosen token (``positions``: flat, increasing), its occurrence."""
+    width = unit_ids.shape[1]
+    units = unit_ids.reshape(-1)[positions]
+    new = np.ones(len(positions), dtype=bool)
+    new[1:] = (positions[1:] // width != positions[:-1] // width) | (units[1:] != units[:-1])
     occurrence = np.cumsum(new) - 1
-    return rows[new], cols[new], np.bincount(occurrence), occurrence
+    return positions[new], np.bincount(occurrence), occurrence
 
 
-def _similar_replacement(occ_rows, occ_first, occ_len, lex_ids, similar: SimilarWords, rng):
+def _similar_replacement(occ_first, occ_len, lex_ids, similar: SimilarWords, rng):
     """Pick a similar word for each occurrence; ``(ok, token_values, fallback counts)``."""
-    lex = lex_ids[occ_rows, occ_first] if lex_ids is not None else np.full(len(occ_rows), -1)
+    lex = lex_ids.reshape(-1)[occ_first] if lex_ids is not None else np.full(len(occ_first), -1)
     has_entry = lex >= 0
     safe = np.maximum(lex, 0)
     n_cand = np.where(has_entry, similar.counts[safe], 0)
@@ -308,6 +348,17 @@ def _similar_replacement(occ_rows, occ_first, occ_len, lex_ids, similar: Similar
         "similar_fallback_length_mismatch": int((has_entry & (n_cand > 0) & ~whole).sum()),
     }
     return ok, values, fallbacks
+
+
+def _shuffle_within_rows(rows: np.ndarray, keys: np.ndarray) -> np.ndarray:
+    """``np.lexsort((keys, rows))`` for non-decreasing ``rows``: each row's entries ordered by
+    ``keys`` (a random order for uniform keys), sorted as one short row of a padded matrix."""
+    per_row = np.bincount(rows)
+    starts = np.cumsum(per_row) - per_row
+    slot = np.arange(len(rows)) - starts[rows]
+    padded = np.full((len(per_row), int(per_row.max(initial=0))), np.inf)
+    padded[rows, slot] = keys
+    return starts[rows] + np.argsort(padded, axis=1, kind="stable")[rows, slot]
 
 
 def corrupt(input_ids: np.ndarray, chosen: np.ndarray, unit_ids: np.ndarray, config: MaskingConfig,
@@ -345,41 +396,41 @@ def corrupt(input_ids: np.ndarray, chosen: np.ndarray, unit_ids: np.ndarray, con
     Raises:
         ValueError: ``config.similar > 0`` without ``similar``.
     """
-    out = input_ids.copy()
-    labels = np.full(input_ids.shape, IGNORE_INDEX, dtype=np.int32)
-    counts = {"chosen": int(chosen.sum())}
-    rows, cols = np.nonzero(chosen)
+    # flat positions: 1-D gathers and scatters are several times faster than (rows, cols) pairs
+    width = input_ids.shape[1]
+    original = input_ids.reshape(-1)
+    out = original.astype(np.int32)  # a copy
+    labels = np.full(out.shape, IGNORE_INDEX, dtype=np.int32)
+    positions = np.flatnonzero(chosen)
     edges = np.cumsum([config.mask, config.random, config.similar, config.permute])
     if not config.similar:  # 0 mask, 1 random, 2 similar, 3 permute, 4 keep
-        kind = np.searchsorted(edges, rng.random(len(rows)), side="right")
+        kind = np.searchsorted(edges, rng.random(len(positions)), side="right")
     else:
         if similar is None:
             raise ValueError("similar-word replacement (Mac) needs a SimilarWords lexicon")
-        occ_rows, occ_first, occ_len, occurrence = _word_occurrences(chosen, unit_ids)
-        word_kind = np.searchsorted(edges, rng.random(len(occ_rows)), side="right")
+        occ_first, occ_len, occurrence = _word_occurrences(positions, unit_ids)
+        word_kind = np.searchsorted(edges, rng.random(len(occ_first)), side="right")
         to_similar = np.flatnonzero(word_kind == 2)
-        ok, values, fallbacks = _similar_replacement(occ_rows[to_similar], occ_first[to_similar],
-                                                     occ_len[to_similar], lex_ids, similar, rng)
-        counts.update(fallbacks, similar_words=int(ok.sum()))
+        ok, values, fallbacks = _similar_replacement(occ_first[to_similar], occ_len[to_similar], lex_ids,
+                                                     similar, rng)
         word_kind[to_similar[~ok]] = 1  # no similar word: a random word instead
         kind = word_kind[occurrence]
-        replaced = kind == 2
-        out[rows[replaced], cols[replaced]] = values
-    for name, k in (("mask", 0), ("random", 1), ("similar", 2), ("permute", 3), ("keep", 4)):
-        counts[name] = int((kind == k).sum())
-    out[rows[kind == 0], cols[kind == 0]] = mask_token_id
-    n_random = counts["random"]
-    out[rows[kind == 1], cols[kind == 1]] = random_token_ids[rng.integers(0, len(random_token_ids), n_random)]
+        out[positions[kind == 2]] = values
+    counts = {"chosen": len(positions)}
+    if config.similar:
+        counts.update(fallbacks, similar_words=int(ok.sum()))
+    counts.update(zip(("mask", "random", "similar", "permute", "keep"), np.bincount(kind, minlength=5).tolist()))
+    out[positions[kind == 0]] = mask_token_id
+    out[positions[kind == 1]] = random_token_ids[rng.integers(0, len(random_token_ids), counts["random"])]
     if config.permute:
-        labels[rows, cols] = cols  # kept tokens point at themselves
-        p_rows, p_cols = rows[kind == 3], cols[kind == 3]
-        shuffled = np.lexsort((rng.random(len(p_rows)), p_rows))  # a random order within each row
-        source = p_cols[shuffled]
-        out[p_rows, p_cols] = input_ids[p_rows, source]  # the token from `source` now stands at p_cols
-        labels[p_rows, source] = p_cols
+        labels[positions] = positions % width  # kept tokens point at themselves
+        permuted = positions[kind == 3]
+        source = permuted[_shuffle_within_rows(permuted // width, rng.random(len(permuted)))]
+        out[permuted] = original[source]  # the token from `source` now stands at `permuted`
+        labels[source] = permuted % width
     else:
-        labels[rows, cols] = input_ids[rows, cols]
-    return MaskedBatch(out.astype(np.int32), chosen, labels, counts)
+        labels[positions] = original[positions]
+    return MaskedBatch(out.reshape(input_ids.shape), chosen, labels.reshape(input_ids.shape), counts)
 
 
 def mask_batch(input_ids: np.ndarray, word_ids: np.ndarray, config: MaskingConfig, rng: np.random.Generator, *,
