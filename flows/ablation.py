@@ -1,10 +1,11 @@
 """Stage ``ablation@<model>``: attention-zone ablation of a span-extraction model
 (Cui et al. 2022, iScience; :mod:`tasks.interpretability.ablation`).
 
-The model is fine-tuned on ``ablation.task`` exactly as ``finetune`` does with its first
-seed, then evaluated on ``ablation.split`` with each zone blocked in all layers at
-once, in each layer alone, and (for ``ablation.per_head_zones``) in each head of each
-layer alone. Scores are the official CMRC 2018 EM/F1 (percentages).
+The model is the one ``finetune`` saved for ``ablation.task`` and its first seed (reused,
+not trained again; fine-tuned here the same way when finetune does not cover the model or
+task: :func:`tasks.interpretability.finetuned.analysed_model`), evaluated on ``ablation.split``
+with each zone blocked in all layers at once, in each layer alone, and (for
+``ablation.per_head_zones``) in each head of each layer alone. Scores are the official CMRC 2018 EM/F1 (percentages).
 """
 
 import sys
@@ -18,7 +19,7 @@ from tasks.core.model_dir import load_tokenizer
 from tasks.core.params import load_params
 from tasks.core.stage import run_stage
 from tasks.downstream.families import FAMILIES, load_task_data
-from tasks.downstream.finetune import fine_tune
+from tasks.interpretability.finetuned import analysed_model
 from tasks.interpretability.ablation import ablation_grid
 from tasks.training.device import resolve_device
 
@@ -34,7 +35,7 @@ def ablation(model_name: str) -> None:
     tables, _, data = load_task_data(cfg.task, family, ("train", cfg.split), tokenizer, training)
     device = resolve_device(params.finetune.device)
     seed = params.finetune.seeds[0]
-    model, train = fine_tune(family, model_dir, None, data["train"], training, seed, device)
+    model, train = analysed_model(params, model_name, cfg.task, family, None, data["train"], training, device)
 
     def score() -> dict:
         return family.evaluate(model, data[cfg.split], tables[cfg.split], training, None, spec.metrics, device)[0]

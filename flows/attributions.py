@@ -1,7 +1,8 @@
 """Stage ``attributions@<model>``: Integrated Gradients token attributions and per-layer
 attention maps of the most confident correct and wrong dev predictions of a classification
-model (fine-tuned as ``finetune`` does with its first seed), written as one self-contained
-HTML page plus a JSON summary (:mod:`tasks.interpretability.attributions`)."""
+model (the one ``finetune`` saved for its first seed, reused:
+:func:`tasks.interpretability.finetuned.analysed_model`), written as one self-contained HTML page
+plus a JSON summary (:mod:`tasks.interpretability.attributions`)."""
 
 import sys
 
@@ -14,7 +15,7 @@ from tasks.core.model_dir import load_tokenizer
 from tasks.core.params import load_params
 from tasks.core.stage import run_stage
 from tasks.downstream.families import FAMILIES, load_task_data
-from tasks.downstream.finetune import fine_tune
+from tasks.interpretability.finetuned import analysed_model
 from tasks.interpretability.attributions import attributions_page, explain_predictions
 from tasks.training.device import resolve_device
 
@@ -29,7 +30,7 @@ def attributions(model_name: str) -> None:
     tokenizer = load_tokenizer(model_dir)
     tables, labels, data = load_task_data(cfg.task, family, ("train", "dev"), tokenizer, training)
     device = resolve_device(params.finetune.device)
-    model, _ = fine_tune(family, model_dir, labels, data["train"], training, params.finetune.seeds[0], device)
+    model, _ = analysed_model(params, model_name, cfg.task, family, labels, data["train"], training, device)
     examples, mapped = explain_predictions(model, data["dev"], tables["dev"], labels, tokenizer, cfg,
                                            training.eval_batch_size, device)
     summary = {"model": model_name, "task": cfg.task, "steps": cfg.steps, "attention_maps_of": mapped,

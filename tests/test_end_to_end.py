@@ -26,7 +26,8 @@ DATA_STAGES = ["acquire", *(f"downstream@{t}" for t in TASKS), "ingest", "segmen
                *(f"resample@{m}" for m in MIXTURES)]
 MULTILINGUAL_STAGES = {*(f"continue_pretrain@{m}" for m in MIXTURES), "prune_vocab"}
 FINETUNE_STAGES = {f"{'finetune_baseline' if m == 'random' else 'finetune'}@{m}-{t}" for m in MODELS for t in TASKS}
-# the analyses that fine-tune (with finetune's knobs), and the probes, which do not
+# the analyses that use a model fine-tuned with finetune's knobs (read back or trained), and the
+# probes, which do not
 TRAINED_ANALYSES = {*(f"ablation@{m}" for m in MODELS), *(f"scalar_mix@{m}" for m in MODELS), "attributions@wwm"}
 ANALYSIS_STAGES = TRAINED_ANALYSES | {f"probe@{m}" for m in MODELS}
 COMPRESSED = ["sentiment", "msra_ner", "msra_mrc"]  # compression.tasks
@@ -142,6 +143,7 @@ def test_interpretability_stages(repo):
         assert ablation["evaluation"]["evaluations"] == 1 + 9 * 2 + 2 * 2
         finetuned = json.loads((repo / "metrics" / "finetune" / f"{model}-msra_mrc.json").read_text())
         assert ablation["baseline"] == finetuned["runs"][0]["dev"]  # the same model as finetune's first seed
+        assert ablation["train"] == finetuned["runs"][0]["train"]  # read back (with its wall time), not retrained
         probe = json.loads((repo / "metrics" / "probe" / f"{model}.json").read_text())
         for name in ("pos", "ner"):
             assert [x["layer"] for x in probe[name]["layers"]] == [0, 1]  # embeddings + one block
@@ -242,8 +244,8 @@ def test_every_objective_runs_through_dvc_and_is_compared(repo):
     (repo / "params.yaml").write_text(yaml.safe_dump(params, allow_unicode=True), encoding="utf-8")
     out = run(["dvc", "repro"], repo, env)
     new = set(objectives) - {"mlm", "wwm"}
-    # The finetune params changed too (tasks, seeds): they rerun fine-tuning, the analyses that
-    # fine-tune and the report, never a data stage, pretraining of mlm/wwm or the probes.
+    # The finetune params changed too (tasks, seeds): they rerun fine-tuning, the analyses of
+    # fine-tuned models and the report, never a data stage, pretraining of mlm/wwm or the probes.
     required = ({f"pretraining_data@{o}" for o in new} | {f"pretrain@{o}" for o in new}
                 | {f"finetune@{o}-sentiment" for o in objectives} | {"finetune_baseline@random-sentiment", "report"})
     assert required <= ran_stages(out)
