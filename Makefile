@@ -30,6 +30,8 @@ compare: setup
 
 bench: setup
 	python benchmarks/pretraining_data.py
+	python benchmarks/pretrain_step.py
+	python benchmarks/finetune_step.py
 	python benchmarks/batching.py
 	python benchmarks/attention_zones.py
 	python benchmarks/scale.py

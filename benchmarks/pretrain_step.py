@@ -1,0 +1,167 @@
+"""Pretraining step throughput on this machine: the pipeline's step next to Hugging Face
+``BertForMaskedLM`` trained the way its docs show, same model size, vocabulary, batch and
+sequence length, in this process, alternated block by block; achieved model GFLOP/s beside
+this CPU's fp32 and bf16 matmul peaks, measured here.
+
+* Data: the pipeline's pretraining data ``data/pretraining/<objective>`` (``dvc repro
+  pretraining_data@mlm``; else synthetic tokens, as ``gpu_check.py`` does), batches from
+  :class:`tasks.training.batching.BatchSchedule`; every side sees the same batches in order.
+* ``pipeline``: the step of :func:`tasks.pretraining.pretrain.train` on CPU as the stage runs
+  it: :class:`tasks.pretraining.modeling.PretrainingModel` (the vocabulary projection at the
+  M masked positions only), :func:`tasks.training.optim.optimizer_for` (AdamW, no decay on
+  biases and LayerNorm), gradient clipping, the loss left on the device (no ``.item()``).
+* ``hf``: ``BertForMaskedLM(input_ids, attention_mask, token_type_ids, labels)`` with labels
+  -100 off the masked positions (logits at every position, ``[B, L, V]``),
+  ``torch.optim.AdamW(model.parameters())``, ``clip_grad_norm_``: the docs' PyTorch loop.
+* Levers on the pipeline's step, each its own side: ``bf16`` autocast on CPU (this run's loss
+  after the same steps is printed beside fp32's), ``foreach`` AdamW (one multi-tensor op per
+  parameter group instead of a per-tensor loop), and a batch 4x larger (tokens/s only: sample
+  efficiency is a separate question).
+* Model FLOPs per step: (6 N + 12 L H T) per token (``gpu_check.flops_per_token``: N the
+  non-embedding parameters, T the padded length) plus 6 H V per predicted token (the vocabulary
+  projection where it is needed); the same count for every side, so GFLOP/s ratios are speed
+  ratios. Peaks: the best of ``torch.mm`` on 2048 x 2048 matrices in fp32 and bf16.
+
+Writes ``benchmarks/results/pretrain_step.json``::
+
+    python benchmarks/pretrain_step.py [--objective mlm] [--steps 20] [--rounds 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from contextlib import nullcontext
+from pathlib import Path
+
+import torch
+
+from tasks.core.params import load_params
+from tasks.pretraining.modeling import PretrainingModel, bert_config, new_masked_lm
+from tasks.training.batching import BatchSchedule
+from tasks.training.optim import optimizer_for
+
+sys.path.insert(0, str(Path(__file__).parent))
+from gpu_check import flops_per_token, load_data  # noqa: E402  (benchmarks/gpu_check.py)
+from results import write_results  # noqa: E402  (benchmarks/results.py)
+
+
+def matmul_peak(dtype: torch.dtype, n: int = 2048, repeats: int = 5) -> float:
+    """Best FLOP/s of ``torch.mm`` on two ``n x n`` matrices of ``dtype`` on the CPU."""
+    a, b = torch.randn(n, n).to(dtype), torch.randn(n, n).to(dtype)
+    torch.mm(a, b)
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        torch.mm(a, b)
+        best = min(best, time.perf_counter() - t0)
+    return 2 * n**3 / best
+
+
+class Side:
+    """One way of taking a training step, with its own model and optimizer, timed per block."""
+
+    def __init__(self, name: str, config, size, params, *, hf: bool = False, bf16: bool = False,
+                 foreach: bool = False, batch_scale: int = 1):
+        self.name, self.hf, self.bf16, self.batch_scale = name, hf, bf16, batch_scale
+        pre = params.pretrain
+        if hf:
+            torch.manual_seed(params.seed)
+            from transformers import BertForMaskedLM
+
+            self.model = BertForMaskedLM(config)
+            self.opt = torch.optim.AdamW(self.model.parameters(), lr=pre.learning_rate,
+                                         weight_decay=pre.weight_decay)
+        else:
+            self.model = PretrainingModel(new_masked_lm(config, params.seed, size.sinusoidal_position_amplitude))
+            self.opt = optimizer_for(self.model, pre.learning_rate, pre.weight_decay)
+            if foreach:
+                for group in self.opt.param_groups:
+                    group["foreach"] = True
+        self.model.train()
+        self.max_grad_norm = pre.max_grad_norm
+        self.rates: list[float] = []
+        self.loss = torch.zeros(())
+
+    def step(self, batch: dict[str, torch.Tensor]) -> None:
+        with torch.autocast("cpu", dtype=torch.bfloat16) if self.bf16 else nullcontext():
+            if self.hf:
+                labels = torch.full(batch["input_ids"].shape, -100)
+                labels[batch["rows"], batch["cols"]] = batch["labels"]
+                loss = self.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                                  token_type_ids=batch["token_type_ids"], labels=labels).loss
+            else:
+                loss, _ = self.model(batch)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.max_grad_norm)
+        self.opt.step()
+        self.opt.zero_grad(set_to_none=True)
+        self.loss = loss.detach()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--objective", default="mlm", help="whose data/pretraining/<objective> to read")
+    parser.add_argument("--steps", type=int, default=20, help="steps per block")
+    parser.add_argument("--rounds", type=int, default=5, help="blocks per side, alternated (the first is warm-up)")
+    args = parser.parse_args(argv)
+    params = load_params()
+    size = params.model  # the model.preset row with its overrides
+    batch = params.pretrain.batch_size
+    data, vocab, pad_id, described = load_data(params, args.objective, False, 64 * batch * args.steps)
+    config = bert_config(size, vocab, params.pretraining_data.max_seq_length, pad_id)
+    peaks = {"fp32": matmul_peak(torch.float32), "bf16": matmul_peak(torch.bfloat16)}
+    sides = [Side("pipeline", config, size, params), Side("hf", config, size, params, hf=True),
+             Side("pipeline_bf16", config, size, params, bf16=True),
+             Side("pipeline_foreach", config, size, params, foreach=True),
+             Side("pipeline_batch_x4", config, size, params, batch_scale=4)]
+    schedules = {scale: BatchSchedule(data.lengths, batch * scale, params.seed) for scale in (1, 4)}
+    print(f"pretrain_step: model L{size.num_hidden_layers} H{size.hidden_size} A{size.num_attention_heads}, "
+          f"vocabulary {vocab:,}, batch {batch} x {params.pretraining_data.max_seq_length}, {described}; "
+          f"{torch.get_num_threads()} threads; matmul peaks fp32 {peaks['fp32'] / 1e9:,.0f} GFLOP/s, "
+          f"bf16 {peaks['bf16'] / 1e9:,.0f} GFLOP/s")
+    work: dict[str, list[float]] = {s.name: [0.0, 0.0, 0.0] for s in sides}  # tokens, FLOPs, seconds
+    for r in range(args.rounds):
+        for side in sides:
+            block = [data.batch(schedules[side.batch_scale](r * args.steps + i)) for i in range(args.steps)]
+            t0 = time.perf_counter()
+            for b in block:
+                side.step(b)
+            seconds = time.perf_counter() - t0
+            if r == 0:
+                continue  # warm-up: allocator, kernels
+            tokens = sum(int(b["attention_mask"].sum()) for b in block)
+            padded = [b["input_ids"].numel() for b in block]
+            flops = sum(n * flops_per_token(config, b["input_ids"].shape[1]) + 6 * config.hidden_size * vocab
+                        * len(b["labels"]) for n, b in zip(padded, block))
+            side.rates.append(tokens / seconds)
+            for k, v in enumerate((tokens, flops, seconds)):
+                work[side.name][k] += v
+    figures = {}
+    base = statistics.median(sides[0].rates)
+    for side in sides:
+        tokens, flops, seconds = work[side.name]
+        figures[side.name] = {"tokens_per_sec": round(statistics.median(side.rates), 1),
+                              "gflops_per_sec": round(flops / seconds / 1e9, 2),
+                              "loss_after": round(float(side.loss), 4)}
+    hf = figures["hf"]["tokens_per_sec"]
+    print(f"{'side':>18} {'tokens/s':>10} {'GFLOP/s':>9} {'% fp32 peak':>12} {'vs hf':>7} {'vs pipeline':>12} "
+          f"{'loss':>7}")
+    for name, f in figures.items():
+        f["vs_hf"] = round(f["tokens_per_sec"] / hf, 2)
+        f["vs_pipeline"] = round(f["tokens_per_sec"] / base, 2)
+        f["fraction_of_fp32_peak"] = round(f["gflops_per_sec"] * 1e9 / peaks["fp32"], 4)
+        print(f"{name:>18} {f['tokens_per_sec']:>10,.0f} {f['gflops_per_sec']:>9.1f} "
+              f"{f['fraction_of_fp32_peak']:>12.1%} {f['vs_hf']:>6.2f}x {f['vs_pipeline']:>11.2f}x {f['loss_after']:>7}")
+    print(f"pipeline / hf: x{figures['pipeline']['vs_hf']:.2f}  (target >= 5)")
+    write_results("pretrain_step", {"objective": args.objective, "model": size.model_dump(), "batch_size": batch,
+                                    "max_seq_length": params.pretraining_data.max_seq_length, "vocab": vocab,
+                                    "steps_per_block": args.steps, "rounds": args.rounds, "data": described},
+                  {"matmul_peak_gflops": {k: round(v / 1e9, 1) for k, v in peaks.items()}, **figures})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
