@@ -8,7 +8,7 @@ import pyarrow.parquet as pq
 from prefect import flow, get_run_logger
 
 from tasks.core import paths
-from tasks.core.io import atomic_outputs
+from tasks.core.io import atomic_outputs, stream_parquet
 from tasks.core.metrics import SegmentMetrics, write_metrics
 from tasks.core.params import load_params
 from tasks.core.shards import remove_work, run_shards, write_output
@@ -26,7 +26,7 @@ def segment() -> None:
     with atomic_outputs(paths.SEGMENTED, paths.stage_metrics("segment")) as (out, metrics):
         sentences = write_output(run, step.schema, out)
         chars = words = 0
-        for batch in pq.ParquetFile(out).iter_batches(batch_size=1 << 14, columns=["text", "words"]):
+        for batch in stream_parquet(out).iter_batches(batch_size=1 << 14, columns=["text", "words"]):
             chars += pc.sum(pc.utf8_length(batch.column("text"))).as_py() or 0
             words += pc.sum(pc.list_value_length(batch.column("words"))).as_py() or 0
         stats = {"sentences": sentences, "characters": chars, "words": words, "mean_word_chars": chars / words,

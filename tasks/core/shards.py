@@ -56,7 +56,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tasks.core.errors import PipelineError, SourceError
-from tasks.core.io import PARQUET_OPTIONS, atomic_outputs, parquet_table, read_json, write_json, write_parquet
+from tasks.core.io import (PARQUET_OPTIONS, atomic_outputs, parquet_table, read_json, stream_parquet, write_json,
+                           write_parquet)
 
 FORMAT = 1  # of the work folder; part of the fingerprint, so a layout change never reads an old folder
 
@@ -117,7 +118,7 @@ def read_shard(source: Path, index: int, rows: int, columns: tuple[str, ...] | N
         SourceError: the file is unreadable, lacks a column, or has no such shard.
     """
     try:
-        pf = pq.ParquetFile(source)
+        pf = stream_parquet(source)
         total = pf.metadata.num_rows
         start, stop = index * rows, min((index + 1) * rows, total)
         if start >= stop:
@@ -145,7 +146,7 @@ def read_shard(source: Path, index: int, rows: int, columns: tuple[str, ...] | N
 
 def iter_column(path: Path, column: str, batch_rows: int = 1 << 14) -> Iterator[Any]:
     """The values of one column of a Parquet file, as Python objects, streaming."""
-    for batch in pq.ParquetFile(path).iter_batches(batch_size=batch_rows, columns=[column]):
+    for batch in stream_parquet(path).iter_batches(batch_size=batch_rows, columns=[column]):
         yield from batch.column(0).to_pylist()
 
 

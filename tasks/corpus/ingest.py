@@ -43,7 +43,7 @@ import pyarrow.parquet as pq
 from prefect import get_run_logger
 
 from tasks.core.errors import SourceError
-from tasks.core.io import ParquetStream, numbered_lines
+from tasks.core.io import ParquetStream, numbered_lines, stream_parquet
 from tasks.core.paths import source_file
 from tasks.core.stage import stage_task
 from tasks.core.text import join_words, normalise, split_sentences, text_hash
@@ -155,7 +155,7 @@ def _read_csv(path: Path, text_field: str) -> Iterator[list[str]]:
 
 def _read_parquet(path: Path, text_field: str) -> Iterator[list[str]]:
     try:
-        pf = pq.ParquetFile(path)
+        pf = stream_parquet(path)
     except (pa.ArrowException, OSError) as exc:
         raise SourceError(f"{path}: not a readable Parquet file ({exc})") from None
     if text_field not in pf.schema_arrow.names:

@@ -48,6 +48,7 @@ import pyarrow.parquet as pq
 from transformers import PreTrainedTokenizerBase
 
 from tasks.core.errors import SourceError
+from tasks.core.io import stream_parquet
 from tasks.core.stage import stage_task
 
 @dataclass(frozen=True)
@@ -224,7 +225,7 @@ def word_counts(chunks: Iterable[pa.Array]) -> tuple[list[str], np.ndarray]:
 
 def corpus_word_counts(segmented: Path, batch_rows: int = 1 << 14) -> tuple[list[str], np.ndarray]:
     """:func:`word_counts` of the ``words`` column of the segmented corpus, read by record batches."""
-    batches = pq.ParquetFile(segmented).iter_batches(batch_size=batch_rows, columns=["words"])
+    batches = stream_parquet(segmented).iter_batches(batch_size=batch_rows, columns=["words"])
     return word_counts(batch.column(0).flatten() for batch in batches)
 
 

@@ -32,6 +32,7 @@ import pyarrow.parquet as pq
 from transformers import BertTokenizerFast, PreTrainedTokenizerBase
 
 from tasks.core.errors import SourceError
+from tasks.core.io import stream_parquet
 from tasks.core.paths import source_file
 from tasks.core.shards import ShardedStep, iter_column
 from tasks.core.stage import stage_task
@@ -133,7 +134,7 @@ def vocab_stats(tokenizer: PreTrainedTokenizerBase, tokens: str | Path, n_chars:
         SourceError: the file holds no token.
     """
     n_tokens = n_unk = 0
-    for batch in pq.ParquetFile(tokens).iter_batches(batch_size=batch_rows, columns=["input_ids"]):
+    for batch in stream_parquet(tokens).iter_batches(batch_size=batch_rows, columns=["input_ids"]):
         flat = np.asarray(batch.column(0).flatten())
         n_tokens += int(flat.size)
         n_unk += int((flat == tokenizer.unk_token_id).sum())
@@ -146,7 +147,7 @@ def vocab_stats(tokenizer: PreTrainedTokenizerBase, tokens: str | Path, n_chars:
 def count_chars(path: str | Path, column: str = "text", batch_rows: int = 1 << 14) -> int:
     """Characters (code points) of a text column of a Parquet file, streaming."""
     return sum(pc.sum(pc.utf8_length(batch.column(0))).as_py() or 0
-               for batch in pq.ParquetFile(path).iter_batches(batch_size=batch_rows, columns=[column]))
+               for batch in stream_parquet(path).iter_batches(batch_size=batch_rows, columns=[column]))
 
 
 @stage_task

@@ -51,7 +51,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from tasks.core.errors import SourceError
-from tasks.core.io import ParquetStream, numbered_lines
+from tasks.core.io import ParquetStream, numbered_lines, stream_parquet
 from tasks.core.params import Multilingual, MultilingualInput
 from tasks.core.rng import named_rng
 from tasks.core.stage import stage_task
@@ -135,7 +135,7 @@ def corpus_documents(path: Path, batch_rows: int) -> Iterator[str]:
     order, per ``doc_id``, reading ``batch_rows`` rows at a time. A document's sentences are
     contiguous rows (as ingest writes them); the open document is carried across batches."""
     doc, parts = None, []
-    for batch in pq.ParquetFile(path).iter_batches(batch_size=batch_rows, columns=["doc_id", "text"]):
+    for batch in stream_parquet(path).iter_batches(batch_size=batch_rows, columns=["doc_id", "text"]):
         for d, text in zip(batch.column(0).to_pylist(), batch.column(1).to_pylist()):
             if d != doc and parts:
                 yield "".join(parts)
@@ -215,6 +215,11 @@ def build_documents(texts_by_input: Iterable[tuple[MultilingualInput, str, Itera
     return stats
 
 
+# Kept documents are handed to their language's scratch writer this many at a time: the writer
+# already holds a row group's worth, so a larger Python buffer would only double it.
+SPILL_DOCUMENTS = 1000
+
+
 def _keep_documents(texts_by_input: Iterable[tuple[MultilingualInput, str, Iterable[str]]], spec: Multilingual,
                     scratch: Path, rows: int) -> tuple[dict[str, dict], dict[str, Path]]:
     """Pass 1 of :func:`build_documents`: the stats (``heldout`` still 0) and, per language
@@ -249,7 +254,7 @@ def _keep_documents(texts_by_input: Iterable[tuple[MultilingualInput, str, Itera
                     s["documents"] += 1
                     s["characters"] += len(text)
                     pending.append(text)
-                    if len(pending) == rows:
+                    if len(pending) == min(rows, SPILL_DOCUMENTS):
                         spill(item, origin, pending)
                         pending = []
             if pending:
@@ -261,7 +266,7 @@ def _with_ids_and_split(lang: str, path: Path, held: np.ndarray, rows: int) -> I
     """Pass 2 of :func:`build_documents`: one language's kept documents (``path``), ``rows``
     at a time, with their ``doc_id`` and ``split`` (``held``: ``bool [documents]``)."""
     start = 0
-    for batch in pq.ParquetFile(path).iter_batches(batch_size=rows):
+    for batch in stream_parquet(path).iter_batches(batch_size=rows):
         stop = start + batch.num_rows
         yield pa.table({"doc_id": [f"{lang}-{i}" for i in range(start, stop)], "lang": [lang] * batch.num_rows,
                         "script": batch.column("script"), "source": batch.column("source"),

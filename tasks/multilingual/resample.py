@@ -39,7 +39,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from tasks.core.io import ParquetStream
+from tasks.core.io import ParquetStream, stream_parquet
 from tasks.core.rng import named_rng
 from tasks.core.stage import stage_task
 
@@ -163,7 +163,7 @@ TOKENIZE_DOCUMENTS = 500  # documents per tokenizer call when counting lengths (
 def _train_batches(path: Path, batch_rows: int, columns: list[str]) -> Iterator[pa.RecordBatch]:
     """``columns`` of the train-split rows of the multilingual documents, in file order,
     from ``batch_rows`` rows at a time."""
-    for batch in pq.ParquetFile(path).iter_batches(batch_size=batch_rows, columns=[*columns, "split"]):
+    for batch in stream_parquet(path).iter_batches(batch_size=batch_rows, columns=[*columns, "split"]):
         yield batch.filter(pc.equal(batch.column("split"), "train")).select(columns)
 
 

@@ -51,6 +51,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tasks.core.errors import SourceError
+from tasks.core.io import stream_parquet
 from tasks.core.params import Objective, PretrainingData
 from tasks.core.rng import named_rng
 from tasks.core.shards import map_tasks
@@ -275,7 +276,7 @@ class _Aligned:
 
     def __init__(self, path: Path, column: str, batch_rows: int):
         self.path = path
-        self._batches = pq.ParquetFile(path).iter_batches(batch_size=batch_rows, columns=[column])
+        self._batches = stream_parquet(path).iter_batches(batch_size=batch_rows, columns=[column])
         self._rest: pa.Array | None = None
 
     def take(self, n: int) -> pa.Array:
@@ -313,7 +314,7 @@ def pack_stream(tokens: Path, max_seq_length: int, cls_id: int, sep_id: int, *, 
     """
     packer = Packer(max_seq_length, cls_id, sep_id, reserve=reserve)
     aligned = _Aligned(words, "words", batch_rows) if lexicon is not None else None
-    for batch in pq.ParquetFile(tokens).iter_batches(batch_size=batch_rows,
+    for batch in stream_parquet(tokens).iter_batches(batch_size=batch_rows,
                                                      columns=["doc_id", "input_ids", "word_ids"]):
         word_ids = batch.column("word_ids")
         lex = (lexicon_ids(pa.chunked_array([aligned.take(batch.num_rows)]), pa.chunked_array([word_ids]), lexicon)
