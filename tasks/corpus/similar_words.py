@@ -44,7 +44,6 @@ from typing import Iterable
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 from transformers import PreTrainedTokenizerBase
 
 from tasks.core.errors import SourceError

@@ -37,7 +37,6 @@ from typing import Iterator, Sequence
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from tasks.core.io import ParquetStream, stream_parquet
 from tasks.core.rng import named_rng

@@ -48,7 +48,6 @@ from typing import Iterator
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from tasks.core.errors import SourceError
 from tasks.core.io import stream_parquet
