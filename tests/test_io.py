@@ -1,6 +1,7 @@
 """Atomic outputs, deterministic Parquet and the shared line reader."""
 
 import os
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -114,7 +115,7 @@ def test_stream_parquet_memory_does_not_grow_with_the_file(tmp_path):
             texts = [rng.bytes(60).hex() for _ in range(groups * 5_000)]
             pq.write_table(pa.table({"text": texts}), path, row_group_size=5_000)
         out = subprocess.run([sys.executable, "-c", STREAM_PROBE, str(path), reader], capture_output=True,
-                             text=True, check=True)
+                             text=True, check=True, cwd=Path(__file__).resolve().parents[1])  # imports tasks
         return int(out.stdout.split()[-1])
 
     assert peak(80, "default") > 2 * peak(20, "default")  # the probe sees pre-buffering
