@@ -30,6 +30,7 @@ compare: setup
 
 bench: setup
 	python benchmarks/pretraining_data.py
+	python benchmarks/packing.py
 	python benchmarks/pretrain_step.py
 	python benchmarks/finetune_step.py
 	python benchmarks/batching.py

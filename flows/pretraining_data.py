@@ -38,6 +38,7 @@ def pretraining_data(objective: str) -> None:
             tempfile.TemporaryDirectory(prefix=f".{objective}.packed-", dir=paths.PRETRAINING) as scratch:
         packed = pack_corpus(paths.TOKENS, Path(scratch) / "packed", cfg.max_seq_length, tokenizer.cls_token_id,
                              tokenizer.sep_token_id, reserve=1 if spec.sentence_task else 0,
+                             cross_documents=cfg.packing == "full_sentences",
                              words=paths.SEGMENTED if lexicon is not None else None, lexicon=lexicon)
         if spec.sentence_task:
             packed, pair_stats = sentence_pairs(packed, spec.sentence_task, named_rng(params.seed, f"{objective}/pairs"),
@@ -49,6 +50,7 @@ def pretraining_data(objective: str) -> None:
             packed, masking, out, objective=objective, seed=params.seed, dynamic=spec.dynamic,
             dupe_factor=cfg.dupe_factor, shard_size=cfg.shard_size, mask_token_id=tokenizer.mask_token_id,
             random_token_ids=random_token_ids(tokenizer), similar=similar, executor=params.executor))
+        stats.update(packing=cfg.packing, fill_rate=round(stats["tokens"] / (stats["sequences"] * cfg.max_seq_length), 4))
         get_run_logger().info(f"{objective}: {stats}")
         write_metrics(metrics, PretrainingDataMetrics(**stats))
 

@@ -74,6 +74,14 @@ def test_compare_names_objectives(tmp_path, raw):
         load_params(write(tmp_path, raw))
 
 
+def test_full_sentences_packing_refuses_a_sentence_task(tmp_path, raw):
+    raw["pretraining_data"]["packing"] = "full_sentences"
+    load_params(write(tmp_path, raw))  # the default compare has no NSP/SOP objective
+    raw["compare"] = ["mlm", "wwm_sop"]
+    with pytest.raises(ParamsError, match="compare: 'wwm_sop' has sentence_task sop, which needs rows of one document"):
+        load_params(write(tmp_path, raw))
+
+
 def test_typo_in_a_key(tmp_path, raw):
     raw["pretrain"]["learning_rat"] = 1e-3
     with pytest.raises(ParamsError, match="pretrain.learning_rat: Extra inputs are not permitted"):

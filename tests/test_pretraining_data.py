@@ -72,6 +72,38 @@ def test_long_sentence_is_cut_into_full_sequences():
     assert (packed.word_ids[0, 1:31] == np.repeat(np.arange(15), 2)).all()
 
 
+def test_full_sentences_packing_goes_on_into_the_next_document_after_a_sep():
+    """RoBERTa's FULL-SENTENCES: the same token stream, a [SEP] (word id -1) exactly where a row
+    passes a document boundary, every row full up to the piece that did not fit, fewer rows."""
+    doc_ids, ids, words = sentences()
+    packed = pack_documents(doc_ids, ids, words, 64, CLS, SEP, cross_documents=True)
+    by_doc = pack_documents(doc_ids, ids, words, 64, CLS, SEP)
+    pieces, doc_of_piece = [], []  # sentences of at most 62 tokens here, so one piece each
+    for d, x in zip(doc_ids, ids):
+        assert len(x) <= 62
+        pieces.append(x)
+        doc_of_piece.append(d)
+    k = 0
+    for r, n in enumerate(packed.lengths):
+        body, body_words = packed.input_ids[r, 1:n - 1], packed.word_ids[r, 1:n - 1]
+        assert packed.input_ids[r, 0] == CLS and packed.input_ids[r, n - 1] == SEP and n <= 64
+        expected, expected_words, first = [], [], k
+        while k < len(pieces) and len(expected) + (k > first and doc_of_piece[k] != doc_of_piece[k - 1]) \
+                + len(pieces[k]) <= 62:
+            if k > first and doc_of_piece[k] != doc_of_piece[k - 1]:
+                expected.append(SEP)
+            expected.extend(pieces[k].tolist())
+            k += 1
+        assert body.tolist() == expected, f"row {r}"
+        assert (body_words[body == SEP] == -1).all() and (body_words[body != SEP] >= 0).all()
+        kept = body_words[body_words >= 0]
+        assert kept[0] == 0 and set(np.diff(kept).tolist()) <= {0, 1}
+    assert k == len(pieces)
+    separators = int((packed.input_ids == SEP).sum()) - len(packed)
+    assert separators > 0 and packed.lengths.sum() == sum(map(len, ids)) + 2 * len(packed) + separators
+    assert len(packed) < len(by_doc) and packed.lengths.mean() > by_doc.lengths.mean()
+
+
 def test_shards_are_deterministic_and_decode(tmp_path):
     doc_ids, ids, words = sentences(200)
     packed = pack_documents(doc_ids, ids, words, 64, CLS, SEP)
@@ -218,10 +250,11 @@ def test_packing_a_stream_of_record_batches_equals_packing_the_whole_table(tmp_p
     tokens, segmented = tokens_file(tmp_path, doc_ids, ids, words)
     lexicon = pa.table({"word": [f"w{k}" for k in range(0, 40, 3)]})
     whole_lex = lexicon_ids(pq.read_table(segmented).column("words"), pq.read_table(tokens).column("word_ids"), lexicon)
-    for reserve in (0, 1):
-        expected = pack_documents(doc_ids, ids, words, 32, CLS, SEP, lex_ids=whole_lex, reserve=reserve)
-        store = pack_corpus.fn(tokens, tmp_path / f"store{reserve}", 32, CLS, SEP, reserve=reserve, words=segmented,
-                               lexicon=lexicon, batch_rows=batch_rows)
+    for reserve, cross in ((0, False), (1, False), (0, True)):
+        expected = pack_documents(doc_ids, ids, words, 32, CLS, SEP, lex_ids=whole_lex, reserve=reserve,
+                                  cross_documents=cross)
+        store = pack_corpus.fn(tokens, tmp_path / f"store{reserve}{cross}", 32, CLS, SEP, reserve=reserve,
+                               cross_documents=cross, words=segmented, lexicon=lexicon, batch_rows=batch_rows)
         assert_same_rows(store.rows(slice(None)), expected)
         assert (expected.lex_ids >= 0).any() and (expected.documents[-1] == 59)
         assert_same_rows(store.rows(np.array([5, 2, 40])), expected.rows(np.array([5, 2, 40])))

@@ -1,8 +1,12 @@
 """Pretraining data: pack sentences into sequences, pair segments for NSP/SOP, and mask.
 
-Packing follows BERT's ``create_pretraining_data.py``: consecutive sentences of
-one document fill a sequence of at most ``max_seq_length`` tokens including
-[CLS] and [SEP]; a sequence never crosses a document boundary, and a sentence
+Packing (``pretraining_data.packing``) follows BERT's ``create_pretraining_data.py``
+by default (RoBERTa's DOC-SENTENCES, Liu et al. 2019, §4.2): consecutive sentences
+of one document fill a sequence of at most ``max_seq_length`` tokens including
+[CLS] and [SEP], and a sequence never crosses a document boundary. With
+``full_sentences`` (RoBERTa's FULL-SENTENCES) a sequence goes on into the next
+document after an extra [SEP], so short documents no longer leave rows half
+empty; it has no NSP/SOP (RoBERTa drops NSP with it). Either way a sentence
 longer than a sequence is cut into pieces.
 
 Static masking (BERT): ``dupe_factor`` copies of the packed corpus are masked
@@ -74,7 +78,7 @@ class Packed:
         lengths: ``int32 [N]`` tokens per row including [CLS] and [SEP].
         lex_ids: ``int32 [N, L]`` similar-word lexicon entry of each token's word, -1 if none.
         piece_start: ``bool [N, L]`` first token of each sentence (piece).
-        documents: ``int32 [N]`` index of each row's document.
+        documents: ``int32 [N]`` index of each row's document (full_sentences: of its last one).
         segment_b: ``int32 [N]`` first position of segment B (0: a single segment).
         sentence_labels: ``int8 [N]`` NSP/SOP label (-1: no sentence task).
     """
@@ -207,11 +211,16 @@ class Packer:
     Args:
         max_seq_length: sequence length including [CLS] and [SEP].
         reserve: tokens to leave free (1 for the middle [SEP] of a sentence pair).
+        cross_documents: RoBERTa's FULL-SENTENCES: a row goes on into the next document,
+            the two separated by a [SEP] (word and lexicon id -1: never masked), instead of
+            ending with its document (DOC-SENTENCES).
     """
 
-    def __init__(self, max_seq_length: int, cls_id: int, sep_id: int, reserve: int = 0):
+    def __init__(self, max_seq_length: int, cls_id: int, sep_id: int, reserve: int = 0,
+                 cross_documents: bool = False):
         self.width, self.cls_id, self.sep_id = max_seq_length, cls_id, sep_id
         self.room = max_seq_length - 2 - reserve
+        self.cross_documents = cross_documents
         self._ids, self._words, self._lex, self._len, self._next_word = [], [], [], 0, 0
         self._doc, self._n_docs = None, -1
         self._done: list = []
@@ -238,18 +247,25 @@ class Packer:
         room = self.room
         lex_ids = lex_ids if lex_ids is not None else [np.full(len(x), -1, dtype=np.int32) for x in input_ids]
         for doc, ids, words, lex in zip(doc_ids, input_ids, word_ids, lex_ids):
-            if doc != self._doc:
-                self._flush()
+            new_document = doc != self._doc
+            if new_document:
+                if not self.cross_documents:
+                    self._flush()
                 self._doc, self._n_docs = doc, self._n_docs + 1
             for start in range(0, len(ids), room):  # a sentence longer than a sequence is cut
                 piece, piece_words = ids[start:start + room], _dense(words[start:start + room])
-                if self._len + len(piece) > room:
+                piece_lex = lex[start:start + room]
+                sep = int(new_document and self._len > 0)  # the [SEP] between two documents of a row
+                if self._len + sep + len(piece) > room:
                     self._flush()
-                self._ids.append(piece)
-                self._words.append(piece_words + self._next_word)
-                self._lex.append(lex[start:start + room])
-                self._len += len(piece)
+                    sep = 0
+                self._ids.append(np.concatenate([[self.sep_id], piece]).astype(np.int32) if sep else piece)
+                self._words.append(np.concatenate([[-1], piece_words + self._next_word]).astype(np.int32)
+                                   if sep else piece_words + self._next_word)
+                self._lex.append(np.concatenate([[-1], piece_lex]).astype(np.int32) if sep else piece_lex)
+                self._len += sep + len(piece)
                 self._next_word += int(piece_words[-1]) + 1 if len(piece_words) else 0
+                new_document = False
         return self._take()
 
     def finish(self) -> Packed:
@@ -260,13 +276,13 @@ class Packer:
 
 def pack_documents(doc_ids: list[str], input_ids: list[np.ndarray], word_ids: list[np.ndarray],
                    max_seq_length: int, cls_id: int, sep_id: int, lex_ids: list[np.ndarray] | None = None,
-                   reserve: int = 0) -> Packed:
+                   reserve: int = 0, cross_documents: bool = False) -> Packed:
     """:class:`Packer` of sentences held in memory, all at once (arguments as :meth:`Packer.feed`).
 
     Returns:
         :class:`Packed`.
     """
-    packer = Packer(max_seq_length, cls_id, sep_id, reserve=reserve)
+    packer = Packer(max_seq_length, cls_id, sep_id, reserve=reserve, cross_documents=cross_documents)
     return Packed.concat([packer.feed(doc_ids, input_ids, word_ids, lex_ids), packer.finish()], max_seq_length)
 
 
@@ -299,7 +315,7 @@ def _sentences(column: pa.Array) -> list[np.ndarray]:
 
 
 def pack_stream(tokens: Path, max_seq_length: int, cls_id: int, sep_id: int, *, reserve: int = 0,
-                words: Path | None = None, lexicon: pa.Table | None = None,
+                cross_documents: bool = False, words: Path | None = None, lexicon: pa.Table | None = None,
                 batch_rows: int = BATCH_ROWS) -> Iterator[Packed]:
     """The packed rows of a tokenized corpus, chunk by chunk (one chunk per record batch of
     ``batch_rows`` sentences, then the last open row).
@@ -311,7 +327,7 @@ def pack_stream(tokens: Path, max_seq_length: int, cls_id: int, sep_id: int, *, 
     Raises:
         SourceError: ``words`` holds fewer sentences than ``tokens``.
     """
-    packer = Packer(max_seq_length, cls_id, sep_id, reserve=reserve)
+    packer = Packer(max_seq_length, cls_id, sep_id, reserve=reserve, cross_documents=cross_documents)
     aligned = _Aligned(words, "words", batch_rows) if lexicon is not None else None
     for batch in stream_parquet(tokens).iter_batches(batch_size=batch_rows,
                                                      columns=["doc_id", "input_ids", "word_ids"]):
@@ -325,12 +341,13 @@ def pack_stream(tokens: Path, max_seq_length: int, cls_id: int, sep_id: int, *, 
 
 @stage_task
 def pack_corpus(tokens: Path, out: Path, max_seq_length: int, cls_id: int, sep_id: int, *, reserve: int = 0,
-                words: Path | None = None, lexicon: pa.Table | None = None,
+                cross_documents: bool = False, words: Path | None = None, lexicon: pa.Table | None = None,
                 batch_rows: int = BATCH_ROWS) -> PackedStore:
     """:func:`pack_stream` of the tokenized corpus, spilled to a :class:`PackedStore` in ``out``
     (a scratch folder the caller deletes); memory holds one record batch at a time."""
     store = PackedStore(out, max_seq_length)
-    for chunk in pack_stream(tokens, max_seq_length, cls_id, sep_id, reserve=reserve, words=words,
+    for chunk in pack_stream(tokens, max_seq_length, cls_id, sep_id, reserve=reserve,
+                             cross_documents=cross_documents, words=words,
                              lexicon=lexicon, batch_rows=batch_rows):
         store.append(chunk)
     return store

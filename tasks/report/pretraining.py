@@ -50,11 +50,11 @@ def pretraining_section(metrics: Path, objectives: list[str], specs: dict[str, O
             curves[name] = read_csv(log)
         if data and run:
             chosen = "-" if data.dynamic else fmt(data.chosen_rate, 2, True)
-            rows.append([name, describe_objective(specs[name]), fmt(data.sequences), chosen,
+            rows.append([name, describe_objective(specs[name]), fmt(data.sequences), fmt(data.fill_rate, 1, True), chosen,
                          fmt(data.similar_fallback_rate, 1, True), fmt(run.tokens), fmt(run.final_loss, 3),
                          fmt(run.final_token_accuracy, 1, True), fmt(run.final_sentence_accuracy, 1, True),
                          fmt(run.wall_sec / 60, 1), fmt(run.tokens_per_sec, 0), fmt(run.peak_memory_mb, 0)])
-    runs = table(["objective", "definition", "sequences", "chosen %", "Mac fallback %", "tokens", "final loss",
+    runs = table(["objective", "definition", "sequences", "fill %", "chosen %", "Mac fallback %", "tokens", "final loss",
                   "token acc %", "sentence acc %", "minutes", "tokens/s", "peak MiB"], rows) if rows else None
     if curves:
         plot_curves(curves, "loss", "training loss", figures / "pretrain_loss.png")

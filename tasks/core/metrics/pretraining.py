@@ -19,6 +19,9 @@ class PretrainingDataMetrics(Metrics):
     """Non-padding tokens of the sequences (per copy for static masking)."""
     maskable_tokens: int
     """Tokens of words (specials excluded), the ones masking may choose."""
+    packing: Literal["doc_sentences", "full_sentences"]
+    fill_rate: float
+    """Non-padding share (0-1, 4 decimals) of the ``sequences x max_seq_length`` positions."""
     shards: int
     dynamic: bool
     """Masks drawn at batch time; the static counts below are then absent."""

@@ -104,6 +104,9 @@ class Params(_Strict):
         for name in self.compare:
             if name not in self.objectives:
                 raise ValueError(f"compare: {name!r} is not an objective; objectives: {', '.join(self.objectives)}")
+            if self.objectives[name].sentence_task and self.pretraining_data.packing == "full_sentences":
+                raise ValueError(f"compare: {name!r} has sentence_task {self.objectives[name].sentence_task}, which "
+                                 f"needs rows of one document: set pretraining_data.packing to doc_sentences")
         for name in self.finetune.baselines:
             if name != "random" and name not in self.hub_models:
                 raise ValueError(f"finetune.baselines: {name!r} is neither 'random' nor a hub_models name")

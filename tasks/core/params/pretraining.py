@@ -9,6 +9,7 @@ the encoder's size and ``pretrain`` the training run. The values live in ``param
 from __future__ import annotations
 
 import math
+from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -78,6 +79,9 @@ class PretrainingData(_Strict):
     ngram_probabilities: list[float] = Field(min_length=1, description="P(span of 1, 2, ... words), N-gram masking")
     dupe_factor: int = Field(ge=1, description="masked copies of the corpus (static masking only)")
     shard_size: int = Field(ge=1)
+    packing: Literal["doc_sentences", "full_sentences"] = Field(
+        "doc_sentences", description="RoBERTa §4.2: a sequence holds sentences of one document (doc_sentences, "
+                                     "BERT's) or goes on into the next after a [SEP] (full_sentences; no NSP/SOP)")
 
     @field_validator("ngram_probabilities")
     @classmethod
