@@ -16,6 +16,7 @@ from tasks.core.metrics import ContinuePretrainMetrics, write_metrics
 from tasks.core.params import load_params
 from tasks.multilingual.continue_pretrain import (continue_checkpoint, evaluate_heldout, mixture_examples, pack_table,
                                                   resized_base_model)
+from tasks.multilingual.fast_mlm import FastMLM, language_vocabularies
 from tasks.multilingual.multilingual import read_documents
 from tasks.pretraining.modeling import PretrainingModel, prepare_model
 from tasks.pretraining.pretrain import train, write_log
@@ -35,11 +36,14 @@ def continue_pretrain(mixture: str) -> None:
     evaluate = partial(evaluate_heldout, model=model, sequences=heldout, data_cfg=data_cfg, seed=seed,
                        mask_token_id=tokenizer.mask_token_id, device=device)
     before = evaluate("before")
-    data = mixture_examples(tokenizer, pq.read_table(paths.MIXTURES / f"{mixture}.parquet"), mixture, data_cfg, seed)
+    data, langs = mixture_examples(tokenizer, pq.read_table(paths.MIXTURES / f"{mixture}.parquet"), mixture,
+                                   data_cfg, seed)
     checkpoint, fingerprint = continue_checkpoint(params, mixture)
     logger.info(f"{mixture}: {len(data)} sequences, vocabulary {old_vocab} -> {len(tokenizer)}, device {device}")
-    cfg = params.pretrain.model_copy(update=spec.pretrain.model_dump())
-    trainee = prepare_model(PretrainingModel(model), cfg, device)  # TF32, activation checkpointing, compile
+    cfg = params.pretrain.model_copy(update=spec.pretrain.model_dump(exclude={"fast_mlm"}))
+    vocabularies = language_vocabularies(data, len(langs)) if spec.pretrain.fast_mlm else None
+    trainee = FastMLM(model, vocabularies) if vocabularies else PretrainingModel(model)
+    trainee = prepare_model(trainee, cfg, device)  # TF32, activation checkpointing, compile
     summary = train(trainee, data, cfg, seed=seed, device=device, checkpoint=checkpoint, fingerprint=fingerprint, log=logger.info,
                     ranks=ranks)
     if not ranks.is_main:  # rank 0 evaluates and writes the outputs
@@ -51,7 +55,8 @@ def continue_pretrain(mixture: str) -> None:
         tokenizer.save_pretrained(out)
         write_metrics(metrics, ContinuePretrainMetrics(
             **summary, mixture=mixture, base_model=spec.base_model, vocab_size_before=old_vocab,
-            vocab_size=len(tokenizer), sequences=len(data), threads=torch.get_num_threads(), heldout=heldout_scores))
+            vocab_size=len(tokenizer), sequences=len(data), threads=torch.get_num_threads(), heldout=heldout_scores,
+            **({"fast_mlm_vocab": dict(zip(langs, map(len, vocabularies)))} if vocabularies else {})))
         write_log(log_csv, rows)
     checkpoint.unlink(missing_ok=True)
 

@@ -4,7 +4,9 @@ Documents are tokenized with the extended tokenizer and packed into sequences
 of one language each (consecutive documents of a language share a sequence, as
 XLM-R's text streams do; a long document is cut), then trained with dynamic
 BERT masking (token-level MLM, 80/10/10; :class:`tasks.pretraining.pretrain.DynamicMasker`)
-by the project's pretraining loop (:func:`tasks.pretraining.pretrain.train`).
+by the project's pretraining loop (:func:`tasks.pretraining.pretrain.train`), with the full
+softmax or CINO's fast MLM (:mod:`tasks.multilingual.fast_mlm`: each language's masked
+tokens predicted over that language's vocabulary only).
 
 Evaluation masks 15% of the tokens of every held-out sequence (at most
 ``max_predictions`` per sequence), all as [MASK], with a generator seeded by the
@@ -31,9 +33,10 @@ from tasks.core import paths
 from tasks.core.rng import named_rng
 from tasks.core.stage import stage_task
 from tasks.corpus.tokenize import random_token_ids
+from tasks.multilingual.fast_mlm import GroupedExamples
 from tasks.multilingual.vocabulary import resize_embeddings
 from tasks.pretraining.masking import MaskingConfig, mask_batch
-from tasks.pretraining.pretrain import DynamicMasker, PretrainingExamples, checkpoint_fingerprint
+from tasks.pretraining.pretrain import DynamicMasker, checkpoint_fingerprint
 from tasks.pretraining.pretraining_data import pack_documents
 from tasks.training.batching import pad_batch
 
@@ -143,14 +146,16 @@ def pack_table(tokenizer: PreTrainedTokenizerBase, docs: pa.Table, max_seq_lengt
 
 
 def mixture_examples(tokenizer: PreTrainedTokenizerBase, mix: pa.Table, mixture: str, data_cfg,
-                     seed: int) -> PretrainingExamples:
+                     seed: int) -> tuple[GroupedExamples, list[str]]:
     """The documents of a resampled mixture packed by language, with dynamic token-level MLM
-    masking (named ``continue-<mixture>``)."""
-    ids, offsets = concat_sequences(pack_table(tokenizer, mix, data_cfg.max_seq_length))
+    masking (named ``continue-<mixture>``), and the languages: ``groups`` indexes them."""
+    by_lang = pack_table(tokenizer, mix, data_cfg.max_seq_length)
+    ids, offsets = concat_sequences(by_lang)
+    groups = np.repeat(np.arange(len(by_lang)), [len(off) - 1 for _, off in by_lang.values()])
     masking = MaskingConfig(scheme="mlm", masked_lm_prob=data_cfg.masked_lm_prob,
                             max_predictions=data_cfg.max_predictions_per_seq)
     masker = DynamicMasker(masking, seed, f"continue-{mixture}", tokenizer.mask_token_id, random_token_ids(tokenizer))
-    return PretrainingExamples(ids, offsets, word_ids=word_ids_for(ids, offsets), masker=masker)
+    return GroupedExamples(ids, offsets, word_ids=word_ids_for(ids, offsets), masker=masker, groups=groups), list(by_lang)
 
 
 def resized_base_model(model_dir, vocab_size: int, seed: int) -> tuple[BertForMaskedLM, int]:

@@ -298,8 +298,9 @@ def _rows(batch: dict[str, torch.Tensor], lo: int, hi: int) -> dict[str, torch.T
     width = int(batch["attention_mask"][lo:hi].sum(1).max())
     out = {k: batch[k][lo:hi, :width] for k in ("input_ids", "attention_mask", "token_type_ids")}
     out.update(rows=batch["rows"][keep] - lo, cols=batch["cols"][keep], labels=batch["labels"][keep])
-    if "sentence_labels" in batch:
-        out["sentence_labels"] = batch["sentence_labels"][lo:hi]
+    for key in ("sentence_labels", "groups"):  # [B]: one per row (groups: fast MLM's languages)
+        if key in batch:
+            out[key] = batch[key][lo:hi]
     return out
 
 

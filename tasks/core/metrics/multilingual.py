@@ -151,6 +151,8 @@ class ContinuePretrainMetrics(PretrainSummary, Metrics):
     threads: int
     """torch CPU threads."""
     heldout: Heldout
+    fast_mlm_vocab: dict[str, int] = absent()
+    """CINO's fast MLM: per language, the tokens its softmax covered in training (absent: the full vocabulary)."""
 
 
 class BeforeAfter(Record):

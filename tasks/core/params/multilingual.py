@@ -51,6 +51,7 @@ class VocabExtension(_Strict):
 class ContinuedPretraining(_Strict):
     token_budget: int = Field(ge=1)
     learning_rate: float = Field(gt=0)
+    fast_mlm: bool = Field(False, description="CINO's fast MLM: the softmax over each language's vocabulary only")
 
 
 class VocabPruning(_Strict):
