@@ -19,8 +19,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import torch
-from seqeval.metrics import classification_report
-from seqeval.scheme import IOB2
 from transformers import PreTrainedTokenizerBase
 
 from tasks.core.errors import SourceError
@@ -351,6 +349,9 @@ def ner_metrics(gold: list[list[str]], pred: list[list[str]]) -> dict:
     Raises:
         ValueError: ``gold`` and ``pred`` differ in sentence count or sentence lengths.
     """
+    from seqeval.metrics import classification_report  # imports scikit-learn: ~1 s a stage, when scoring only
+    from seqeval.scheme import IOB2
+
     report = classification_report(gold, pred, mode="strict", scheme=IOB2, output_dict=True, zero_division=0)
 
     def scores(r: dict) -> dict:
