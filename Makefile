@@ -33,6 +33,7 @@ bench: setup
 	python benchmarks/packing.py
 	python benchmarks/pretrain_step.py
 	python benchmarks/finetune_step.py
+	python benchmarks/distill_step.py
 	python benchmarks/fast_mlm.py
 	python benchmarks/batching.py
 	python benchmarks/attention_zones.py

@@ -12,7 +12,7 @@ import time
 
 from prefect import flow
 
-from tasks.compression.distill import Ensemble, KdConfig, Match, check_student, layer_map_for, train_student
+from tasks.compression.distill import Ensemble, KdConfig, Match, SoftLabels, check_student, layer_map_for, train_student
 from tasks.compression.measure import evaluate_variant
 from tasks.core import paths
 from tasks.core.errors import ParamsError
@@ -68,12 +68,17 @@ def distill(student_name: str, task_name: str) -> None:
     if not matches:
         del configs["kd_intermediate"]
     epochs, lr = kd.epochs or training.epochs, kd.learning_rate or training.learning_rate
+    # each teacher's soft labels once, for every epoch and variant (one forward pass over train);
+    # the intermediate matches still need the teacher's forward pass at every step
+    soft = [SoftLabels.of(t, data["train"], training.eval_batch_size, device) for t in teachers]
+    ensemble = SoftLabels.mean(soft)
     for name, config in configs.items():
         students, runs = [], []
         for i, seed in enumerate(seeds):
-            by = teachers if name == "multi_teacher" else [] if name == "labels" else [teachers[i]]
+            by, soft_labels = {"labels": ([], None), "kd": ([], soft[i]), "kd_intermediate": ([teachers[i]], None),
+                               "multi_teacher": ([], ensemble)}[name]
             model, summary = train_student(family, base, size, layer_map, by, data["train"], labels, training,
-                                           config, epochs, lr, seed, device, name)
+                                           config, epochs, lr, seed, device, name, soft_labels)
             students.append(model)
             runs.append({"seed": seed, "train": summary})
         rows.append(evaluate_variant(name, VARIANTS[name], students, runs, **common))

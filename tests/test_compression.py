@@ -7,10 +7,11 @@ import numpy as np
 import pytest
 import torch
 from pydantic import ValidationError
-from transformers import AutoModel, BertConfig, BertForSequenceClassification, BertForTokenClassification, BertModel
+from transformers import (AutoModel, BertConfig, BertForQuestionAnswering, BertForSequenceClassification,
+                          BertForTokenClassification, BertModel)
 
-from tasks.compression.distill import (KdConfig, Match, attention_mse, check_student, distill, hidden_mse, kd_loss,
-                                       layer_map_for, prediction_logits, student_encoder, temperature_at)
+from tasks.compression.distill import (KdConfig, Match, SoftLabels, attention_mse, check_student, distill, hidden_mse,
+                                       kd_loss, layer_map_for, prediction_logits, student_encoder, temperature_at)
 from tasks.compression.encoder import encoder_of, gates, heads_of, record_shape, slice_layer
 from tasks.compression.prune import (Renumbered, choose, importance, load_pruned, prune, prune_vocabulary,
                                      save_pruned, used_ids)
@@ -18,6 +19,7 @@ from tasks.core.errors import ParamsError
 from tasks.core.params import Student, load_params
 from tasks.downstream.families import FAMILIES
 from tasks.downstream.finetune import fit
+from tasks.training.batching import pad_batch
 
 VOCAB = 60
 
@@ -182,6 +184,79 @@ def test_distillation_pulls_the_student_to_the_teacher():
         Match("hidden_mse", 2, 2), Match("attention_mse", 1, 1), Match("cos", 0, 0))), **args)
     assert gap(soft_only) < 0.5 * before and gap(soft_only) < 0.5 * gap(labels_only)
     assert gap(matched) < before and summary["match_loss"] > 0
+
+
+class Ragged:
+    """Examples of 4-12 tokens, right-padded to the longest of each batch, with the labels of
+    one family: a class, a tag per token (ends unlabelled), or an answer span."""
+
+    def __init__(self, family: str, n: int = 37, seed: int = 0):
+        rng = np.random.default_rng(seed)
+        self.family, self.lengths = family, rng.integers(4, 13, n)
+        self.offsets = np.concatenate([[0], np.cumsum(self.lengths)])
+        self.ids = rng.integers(5, VOCAB, self.offsets[-1])
+        self.tags = np.where(np.isin(np.arange(self.offsets[-1]), np.concatenate([self.offsets[:-1], self.offsets[1:] - 1])),
+                             -100, self.ids % 3)
+
+    def __len__(self):
+        return len(self.lengths)
+
+    def batch(self, index):
+        index = np.asarray(index)
+        ids, valid = pad_batch(self.ids, self.offsets, index)
+        batch = {"input_ids": torch.from_numpy(ids), "attention_mask": torch.from_numpy(valid.astype(np.int64)),
+                 "token_type_ids": torch.zeros(ids.shape, dtype=torch.int64)}
+        if self.family == "classification":
+            batch["labels"] = torch.from_numpy(self.ids[self.offsets[index]] % 2)
+        elif self.family == "ner":
+            batch["labels"] = torch.from_numpy(pad_batch(self.tags, self.offsets, index, pad_value=-100)[0])
+        else:
+            batch["start_positions"] = torch.ones(len(index), dtype=torch.int64)
+            batch["end_positions"] = torch.from_numpy(self.lengths[index] - 2)
+        return batch
+
+
+def family_model(family: str, seed: int):
+    torch.manual_seed(seed)
+    kind = {"classification": BertForSequenceClassification, "ner": BertForTokenClassification,
+            "mrc": BertForQuestionAnswering}[family]
+    return kind(tiny_config(num_labels=3 if family == "ner" else 2)).eval()
+
+
+@pytest.mark.parametrize("family", ["classification", "ner", "mrc"])
+def test_soft_labels_are_the_teachers_rows_in_any_batch(family):
+    """Rows computed once in fixed chunks equal the rows of a teacher forward pass on any other
+    batch (another order, another padded width), alone and averaged over teachers."""
+    data, teachers = Ragged(family), [family_model(family, 1), family_model(family, 2)]
+    soft = [SoftLabels.of(t, data, batch_size=5, device=torch.device("cpu")) for t in teachers]
+    ensemble = SoftLabels.mean(soft)
+    for index in (np.array([36, 3, 17, 0, 8]), np.array([12]), np.arange(37)[::-1]):
+        batch = data.batch(index)
+        inputs = {k: v for k, v in batch.items() if k not in ("labels", "start_positions", "end_positions")}
+        with torch.no_grad():
+            online = [prediction_logits(t(**inputs), batch) for t in teachers]
+        for labels, rows in zip(soft, online):
+            assert [r.shape for r in labels.rows(index)] == [r.shape for r in rows]
+            for a, b in zip(labels.rows(index), rows):
+                torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+        for a, *b in zip(ensemble.rows(index), *online):
+            torch.testing.assert_close(a, torch.stack(b).mean(0), atol=1e-5, rtol=1e-5)
+
+
+def test_distilling_from_soft_labels_is_distilling_from_the_teacher():
+    """Precomputed soft labels train the student as the teacher's forward pass at every step
+    does, up to float rounding: same loss, same weights."""
+    data, teacher = Ragged("classification", n=48), family_model("classification", 7)
+    with torch.no_grad():
+        teacher.classifier.weight.mul_(30)
+    config = KdConfig(temperature=2.0, kd_weight=1.0)
+    a, b = family_model("classification", 2).train(), family_model("classification", 2).train()
+    online = distill(a, [teacher], data, config, **train_args())
+    cached = distill(b, [], data, config, soft_labels=SoftLabels.of(teacher, data, 16, torch.device("cpu")),
+                     **train_args())
+    assert online["kd_loss"] > 0 and cached["kd_loss"] == pytest.approx(online["kd_loss"], rel=1e-4)
+    for (name, x), y in zip(a.state_dict().items(), b.state_dict().values()):
+        torch.testing.assert_close(x, y, atol=1e-5, rtol=1e-4, msg=name)
 
 
 # ---- pruning -------------------------------------------------------------------------------------

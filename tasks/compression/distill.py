@@ -40,7 +40,7 @@ from transformers import BertConfig, BertModel
 from tasks.compression.encoder import Recorder, encoder_of
 from tasks.core.errors import ParamsError
 from tasks.core.stage import stage_task
-from tasks.training.batching import IGNORE_INDEX, BatchSchedule
+from tasks.training.batching import IGNORE_INDEX, BatchSchedule, pad_batch
 from tasks.training.device import autocast
 from tasks.training.optim import learning_rate, optimizer_for
 
@@ -224,6 +224,68 @@ class Ensemble(nn.Module):
         return {k: torch.stack([o[k].float() for o in outs]).mean(0) for k in names}
 
 
+@dataclass(frozen=True)
+class SoftLabels:
+    """The teachers' :func:`prediction_logits` rows for every example of a training set,
+    computed once: KD without intermediate matches then needs no teacher forward per step
+    (the teachers are frozen and in eval mode, so an example's rows are the same in every
+    epoch; only float rounding depends on the batch it shares). Several teachers: their rows
+    averaged, as :class:`Ensemble` and TextBrewer's ``MultiTeacherDistiller`` do.
+
+    ``values[k]``: the k-th output's rows, example after example (``float32 [R, C]``; MRC
+    ``[P]``, each valid position a scalar); ``offsets``: ``int64 [N + 1]``, where each
+    example's rows start in every output. Memory: N × C floats for classification, labelled tokens × C for
+    NER, 2 × positions for MRC.
+    """
+    values: tuple[np.ndarray, ...]
+    offsets: np.ndarray
+    positions: bool  # MRC: a batch's rows are padded back to [B, L] with NEG
+
+    @classmethod
+    @torch.no_grad()
+    def of(cls, teacher: nn.Module, data, batch_size: int, device: torch.device) -> SoftLabels:
+        """Run ``teacher`` over ``data`` (a :class:`tasks.downstream.finetune.Batches`),
+        ``batch_size`` examples of similar length a forward pass, and keep each example's rows."""
+        teacher.to(device).eval()
+        pieces: list[list[np.ndarray]] = [[] for _ in range(len(data))]  # example -> its rows per output
+        order, positions = np.argsort(data.lengths, kind="stable"), False  # little padding
+        for start in range(0, len(data), batch_size):
+            index = order[start:start + batch_size]
+            batch = data.batch(index)
+            with autocast(device):
+                out = teacher(**{k: v.to(device) for k, v in batch.items() if k not in LABEL_KEYS})
+            rows = [r.cpu().numpy() for r in prediction_logits(out, {k: v.to(device) for k, v in batch.items()})]
+            positions = "start_logits" in out
+            if positions:  # [B, L]: each example's valid positions
+                split = [[r[j, :n] for j, n in enumerate(batch["attention_mask"].sum(1).numpy())] for r in rows]
+            else:  # NER: the labelled tokens; classification: a row an example
+                counts = (batch["labels"] != IGNORE_INDEX).sum(1).numpy() if out["logits"].ndim == 3 else \
+                    np.ones(len(index), dtype=np.int64)
+                split = [np.split(r, np.cumsum(counts)[:-1]) for r in rows]
+            for j, i in enumerate(index):
+                pieces[i] = [s[j] for s in split]
+        counts = np.array([len(p[0]) for p in pieces], dtype=np.int64)
+        offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        return cls(tuple(np.concatenate(k) for k in zip(*pieces)), offsets, positions)
+
+    @classmethod
+    def mean(cls, members: Sequence[SoftLabels]) -> SoftLabels:
+        """Several teachers' rows averaged (multi-teacher KD)."""
+        values = tuple(torch.stack([torch.from_numpy(v) for v in k]).mean(0).numpy()
+                       for k in zip(*(m.values for m in members)))
+        return cls(values, members[0].offsets, members[0].positions)
+
+    def rows(self, index: np.ndarray) -> list[torch.Tensor]:
+        """The rows of examples ``index`` as :func:`prediction_logits` gives them for the batch
+        ``data.batch(index)``: ``[N, C]`` tensors, MRC ``[B, L]`` padded with :data:`NEG`."""
+        index = np.asarray(index)
+        if self.positions:
+            return [torch.from_numpy(pad_batch(v, self.offsets, index, pad_value=NEG)[0].astype(np.float32))
+                    for v in self.values]
+        take = np.concatenate([np.arange(self.offsets[i], self.offsets[i + 1]) for i in index])
+        return [torch.from_numpy(v[take]) for v in self.values]
+
+
 def _projections(matches: Sequence[Match], student_hidden: int, teacher_hidden: int) -> nn.ModuleDict:
     """One learned ``Linear(student_hidden, teacher_hidden)`` per hidden-state match when widths
     differ (TextBrewer's ``intermediate_matches`` ``proj``), keyed by match index."""
@@ -240,14 +302,17 @@ def _recording(encoder: BertModel | None, hidden: bool, attentions: bool):
 
 def distill(student: nn.Module, teachers: Sequence[nn.Module], data, cfg: KdConfig, *, epochs: float,
             batch_size: int, lr: float, warmup_fraction: float, weight_decay: float, max_grad_norm: float,
-            seed: int, device: torch.device, log: Callable[[str], None] = print) -> dict:
+            seed: int, device: torch.device, soft_labels: SoftLabels | None = None,
+            log: Callable[[str], None] = print) -> dict:
     """Train ``student`` on ``data`` from the hard labels and the ``teachers``' soft labels.
 
     The loop, schedule and optimiser are :func:`tasks.downstream.finetune.fit`'s (same batches
     for the same seed, AdamW, warm-up then linear decay, clipping), so a student trained with
     ``kd_weight: 0`` and no matches is the labels-only baseline under the same conditions.
     Several teachers: their logits are averaged before softening (multi-teacher KD). Teachers
-    run in eval mode without gradients; projections for hidden matches of another width train
+    run in eval mode without gradients; ``soft_labels`` (:meth:`SoftLabels.of` the teachers on
+    ``data``) replaces their forward pass for the KD term, so ``teachers`` may then be empty
+    unless there are intermediate matches; projections for hidden matches of another width train
     with the student. With ``attention_mse`` both models switch to eager attention (sdpa
     returns no probabilities; same attention). One process (no DDP).
 
@@ -285,15 +350,17 @@ def distill(student: nn.Module, teachers: Sequence[nn.Module], data, cfg: KdConf
             out_s = student(**batch)
         loss = cfg.hard_weight * out_s.loss if cfg.hard_weight else out_s.loss.new_zeros(())
         kd = match = torch.zeros((), device=device)
-        if teachers and (cfg.kd_weight or cfg.matches):
+        if teachers and (cfg.matches or (cfg.kd_weight and soft_labels is None)):
             with torch.no_grad(), autocast(device), _recording(enc_t, need_hidden, need_attention) as rec_t:
                 outs_t = [t(**inputs) for t in teachers]
-            if cfg.kd_weight:
-                tau = temperature_at(step, total, cfg.temperature, cfg.temperature_schedule)
-                rows_s = prediction_logits(out_s, batch)
-                rows_t = [torch.stack(r).mean(0) for r in zip(*(prediction_logits(o, batch) for o in outs_t))]
-                kd = sum(kd_loss(s, t, tau, cfg.scale_by_t2) for s, t in zip(rows_s, rows_t)) / len(rows_s)
-                loss = loss + cfg.kd_weight * kd
+        if cfg.kd_weight and (teachers or soft_labels is not None):
+            tau = temperature_at(step, total, cfg.temperature, cfg.temperature_schedule)
+            rows_s = prediction_logits(out_s, batch)
+            rows_t = [r.to(device) for r in soft_labels.rows(index)] if soft_labels is not None else \
+                [torch.stack(r).mean(0) for r in zip(*(prediction_logits(o, batch) for o in outs_t))]
+            kd = sum(kd_loss(s, t, tau, cfg.scale_by_t2) for s, t in zip(rows_s, rows_t)) / len(rows_s)
+            loss = loss + cfg.kd_weight * kd
+        if cfg.matches:
             for i, m in enumerate(cfg.matches):
                 mask = batch["attention_mask"]
                 if m.kind == "attention_mse":
@@ -323,7 +390,7 @@ def distill(student: nn.Module, teachers: Sequence[nn.Module], data, cfg: KdConf
 @stage_task(task_run_name="{variant}-seed-{seed}")
 def train_student(family, base: BertModel, size, layer_map: Sequence[int] | None, teachers: Sequence[nn.Module],
                   data, labels, training, config: KdConfig, epochs: float, lr: float, seed: int,
-                  device: torch.device, variant: str) -> tuple[nn.Module, dict]:
+                  device: torch.device, variant: str, soft_labels: SoftLabels | None = None) -> tuple[nn.Module, dict]:
     """One student of ``distill@<student>-<task>``: :func:`student_encoder` of ``size``
     (:class:`tasks.core.params.Student`) on ``base``, the family's head (:func:`build_student`),
     then :func:`distill` with the task's batch, warm-up, weight decay and clipping.
@@ -336,7 +403,8 @@ def train_student(family, base: BertModel, size, layer_map: Sequence[int] | None
     student = build_student(family, encoder, labels, training, seed)
     summary = distill(student, teachers, data, config, epochs=epochs, batch_size=training.batch_size, lr=lr,
                       warmup_fraction=training.warmup_fraction, weight_decay=training.weight_decay,
-                      max_grad_norm=training.max_grad_norm, seed=seed, device=device, log=get_run_logger().info)
+                      max_grad_norm=training.max_grad_norm, seed=seed, device=device, soft_labels=soft_labels,
+                      log=get_run_logger().info)
     return student.eval(), summary
 
 
