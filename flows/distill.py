@@ -70,12 +70,12 @@ def distill(student_name: str, task_name: str) -> None:
     epochs, lr = kd.epochs or training.epochs, kd.learning_rate or training.learning_rate
     # each teacher's soft labels once, for every epoch and variant (one forward pass over train);
     # the intermediate matches still need the teacher's forward pass at every step
-    soft = [SoftLabels.of(t, data["train"], training.eval_batch_size, device) for t in teachers]
-    ensemble = SoftLabels.mean(soft)
+    per_teacher = [SoftLabels.of(t, data["train"], training.eval_batch_size, device) for t in teachers]
+    ensemble = SoftLabels.mean(per_teacher)
     for name, config in configs.items():
         students, runs = [], []
         for i, seed in enumerate(seeds):
-            by, soft_labels = {"labels": ([], None), "kd": ([], soft[i]), "kd_intermediate": ([teachers[i]], None),
+            by, soft_labels = {"labels": ([], None), "kd": ([], per_teacher[i]), "kd_intermediate": ([teachers[i]], None),
                                "multi_teacher": ([], ensemble)}[name]
             model, summary = train_student(family, base, size, layer_map, by, data["train"], labels, training,
                                            config, epochs, lr, seed, device, name, soft_labels)
