@@ -20,8 +20,9 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 repro: setup
 	python -m tasks.orchestration.prefect_server dvc repro
 
+# Two workers: the two end-to-end modules (tests/e2e), each its own repository, run side by side.
 test: setup
-	pytest
+	pytest -n 2 --dist loadfile --no-loadscope-reorder
 
 # Every objective of params.yaml, pretrained, fine-tuned and compared (one dvc experiment).
 compare: setup

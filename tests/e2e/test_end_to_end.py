@@ -1,20 +1,17 @@
 """The whole pipeline through ``dvc repro`` on the test excerpts (a shrunk params.yaml):
 every stage runs its Prefect flow; a second repro does nothing; the data stages are
-byte-identical when forced to rerun; the Prefect pipeline flow walks the same graph;
-every pretraining objective runs and lands in the report's comparison table, and the
-fine-tuning params changed with it rerun only fine-tuning, the analyses and compression
-stages that use fine-tuned models, and the report; the compression stages' saved models load."""
+byte-identical when forced to rerun; a sampling exponent reruns only what follows resampling;
+the Prefect pipeline flow walks the same graph; the compression stages' saved models load.
+(Every objective through DVC: ``test_objectives.py``.)"""
 
 import json
-import os
-import re
 import shutil
-import subprocess
 
 import pytest
 import yaml
 
-from tests.conftest import ROOT, small_params
+from tests.conftest import small_params
+from tests.e2e.repo import lock_outs, ran_stages, reproduced, run, write_params
 
 pytestmark = pytest.mark.slow
 
@@ -26,41 +23,17 @@ DATA_STAGES = ["acquire", *(f"downstream@{t}" for t in TASKS), "ingest", "segmen
                *(f"resample@{m}" for m in MIXTURES)]
 MULTILINGUAL_STAGES = {*(f"continue_pretrain@{m}" for m in MIXTURES), "prune_vocab"}
 FINETUNE_STAGES = {f"{'finetune_baseline' if m == 'random' else 'finetune'}@{m}-{t}" for m in MODELS for t in TASKS}
-# the analyses that use a model fine-tuned with finetune's knobs (read back or trained), and the
-# probes, which do not
-TRAINED_ANALYSES = {*(f"ablation@{m}" for m in MODELS), *(f"scalar_mix@{m}" for m in MODELS), "attributions@wwm"}
-ANALYSIS_STAGES = TRAINED_ANALYSES | {f"probe@{m}" for m in MODELS}
+ANALYSIS_STAGES = {f"{analysis}@{m}" for analysis in ("ablation", "probe", "scalar_mix") for m in MODELS} | \
+    {"attributions@wwm"}
 COMPRESSED = ["sentiment", "msra_ner", "msra_mrc"]  # compression.tasks
 COMPRESSION_STAGES = {*(f"distill@l1-{t}" for t in COMPRESSED), *(f"prune@wwm-{t}" for t in COMPRESSED)}
 
 
-def run(cmd, repo, env):
-    proc = subprocess.run(cmd, cwd=repo, env=env, capture_output=True, text=True)
-    assert proc.returncode == 0, f"{' '.join(cmd)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
-    return proc.stdout
-
-
-def ran_stages(output: str) -> set[str]:
-    return set(re.findall(r"Running stage '([^']+)'", output))
-
-
-def lock_outs(repo) -> dict[str, str]:
-    lock = yaml.safe_load((repo / "dvc.lock").read_text())
-    return {out["path"]: out["md5"] for stage in lock["stages"].values() for out in stage.get("outs", [])}
-
-
 @pytest.fixture(scope="module")
 def repo(tmp_path_factory, prefect_server):
-    """A git + DVC repository with the project's code and a shrunk params.yaml, after `dvc repro`."""
+    """The repository after ``dvc repro`` of the default DAG on the shrunk params."""
     repo = tmp_path_factory.mktemp("repo")
-    for name in ("tasks", "flows"):
-        shutil.copytree(ROOT / name, repo / name, ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copy(ROOT / "dvc.yaml", repo)
-    (repo / "params.yaml").write_text(yaml.safe_dump(small_params(), allow_unicode=True), encoding="utf-8")
-    env = {**os.environ, "PREFECT_API_URL": prefect_server, "PYTHONPATH": str(repo)}
-    for cmd in (["git", "init", "-q"], ["dvc", "init", "-q"], ["dvc", "config", "core.analytics", "false"]):
-        run(cmd, repo, env)
-    out = run(["dvc", "repro"], repo, env)
+    env, out = reproduced(repo, small_params(), prefect_server)
     return repo, env, out
 
 
@@ -210,7 +183,7 @@ def test_sampling_exponent_reruns_only_what_follows_resampling(repo):
     run(["dvc", "repro"], repo, env)
     params = yaml.safe_load((repo / "params.yaml").read_text())
     params["multilingual"]["mixtures"]["resampled"]["alpha"] = 0.5
-    (repo / "params.yaml").write_text(yaml.safe_dump(params, allow_unicode=True), encoding="utf-8")
+    write_params(repo, params)
     out = run(["dvc", "repro"], repo, env)
     assert ran_stages(out) == {"resample@resampled", "continue_pretrain@resampled", "prune_vocab", "report"}
 
@@ -228,36 +201,3 @@ def test_prefect_pipeline_flow_walks_the_dvc_graph(repo, monkeypatch):
     state = pipeline(return_state=True)
     assert state.is_completed()
     assert state.result() == order
-
-
-def test_every_objective_runs_through_dvc_and_is_compared(repo):
-    """The full comparison is one param away (``compare``): every objective of params.yaml
-    is pretrained, fine-tuned and reported; the data stages already run are not repeated."""
-    repo, env, _ = repo
-    run(["dvc", "repro"], repo, env)
-    params = yaml.safe_load((repo / "params.yaml").read_text())
-    objectives = list(params["objectives"])
-    assert len(objectives) >= 11
-    params["compare"] = objectives
-    params["finetune"].update(tasks=["sentiment"], seeds=[1])
-    params["compression"]["tasks"] = ["sentiment"]  # compressed tasks must be fine-tuned
-    (repo / "params.yaml").write_text(yaml.safe_dump(params, allow_unicode=True), encoding="utf-8")
-    out = run(["dvc", "repro"], repo, env)
-    new = set(objectives) - {"mlm", "wwm"}
-    # The finetune params changed too (tasks, seeds): they rerun fine-tuning, the analyses of
-    # fine-tuned models and the report, never a data stage, pretraining of mlm/wwm or the probes.
-    required = ({f"pretraining_data@{o}" for o in new} | {f"pretrain@{o}" for o in new}
-                | {f"finetune@{o}-sentiment" for o in objectives} | {"finetune_baseline@random-sentiment", "report"})
-    assert required <= ran_stages(out)
-    assert ran_stages(out) - required <= TRAINED_ANALYSES | {"distill@l1-sentiment", "prune@wwm-sentiment"}
-    mac = json.loads((repo / "metrics" / "pretraining_data" / "mac.json").read_text())
-    assert mac["similar_words"] > 0 and 0 <= mac["similar_fallback_rate"] < 1 and mac["mask"] == 0
-    perlm = json.loads((repo / "metrics" / "pretrain" / "perlm.json").read_text())
-    assert perlm["token_target"] == "position"
-    sop = json.loads((repo / "metrics" / "pretrain" / "wwm_sop.json").read_text())
-    assert sop["sentence_task"] == "sop" and sop["final_sentence_accuracy"] is not None
-    assert (repo / "models" / "wwm_sop" / "pretraining_heads.safetensors").is_file()
-    md = (repo / "reports" / "report.md").read_text()
-    table = md[md.index("## Objective comparison"):]
-    for name in objectives:
-        assert f"| {name} |" in table, name
