@@ -75,8 +75,8 @@ def distill(student_name: str, task_name: str) -> None:
     for name, config in configs.items():
         students, runs = [], []
         for i, seed in enumerate(seeds):
-            by, soft_labels = {"labels": ([], None), "kd": ([], per_teacher[i]), "kd_intermediate": ([teachers[i]], None),
-                               "multi_teacher": ([], ensemble)}[name]
+            by, soft_labels = {"labels": ([], None), "kd": ([], per_teacher[i]),
+                               "kd_intermediate": ([teachers[i]], None), "multi_teacher": ([], ensemble)}[name]
             model, summary = train_student(family, base, size, layer_map, by, data["train"], labels, training,
                                            config, epochs, lr, seed, device, name, soft_labels)
             students.append(model)

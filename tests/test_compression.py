@@ -195,8 +195,8 @@ class Ragged:
         self.family, self.lengths = family, rng.integers(4, 13, n)
         self.offsets = np.concatenate([[0], np.cumsum(self.lengths)])
         self.ids = rng.integers(5, VOCAB, self.offsets[-1])
-        self.tags = np.where(np.isin(np.arange(self.offsets[-1]), np.concatenate([self.offsets[:-1], self.offsets[1:] - 1])),
-                             -100, self.ids % 3)
+        ends = np.concatenate([self.offsets[:-1], self.offsets[1:] - 1])  # [CLS] and [SEP]: unlabelled
+        self.tags = np.where(np.isin(np.arange(self.offsets[-1]), ends), -100, self.ids % 3)
 
     def __len__(self):
         return len(self.lengths)

@@ -234,8 +234,8 @@ class SoftLabels:
 
     ``values[k]``: the k-th output's rows, example after example (``float32 [R, C]``; MRC
     ``[P]``, each valid position a scalar); ``offsets``: ``int64 [N + 1]``, where each
-    example's rows start in every output. Memory: N × C floats for classification, labelled tokens × C for
-    NER, 2 × positions for MRC.
+    example's rows start in every output. Memory: N × C floats for classification, labelled
+    tokens × C for NER, 2 × positions for MRC.
     """
     values: tuple[np.ndarray, ...]
     offsets: np.ndarray
