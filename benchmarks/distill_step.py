@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from tasks.compression.distill import KdConfig, SoftLabels, build_student, distill, layer_map_for, student_encoder
+from tasks.compression.distill import KdConfig, SoftLabels, build_student, distill, student_encoder, student_layer_map
 from tasks.core import paths
 from tasks.core.model_dir import load_model, load_tokenizer
 from tasks.core.params import load_params
@@ -52,8 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     train, device, base = data["train"], torch.device("cpu"), load_model(teacher_dir)
     teachers = [load_finetuned(family, teacher_dir, labels, training, model_file(folder, s)) for s in seeds]
     name, size = next(iter(cfg.students.items()))
-    layers = base.config.num_hidden_layers
-    layer_map = (size.layer_map or layer_map_for(size.num_hidden_layers, layers)) if size.init == "teacher" else None
+    layer_map = student_layer_map(size, base.config.num_hidden_layers)
     kd = cfg.distill
     config = KdConfig(temperature=kd.temperature, temperature_schedule=kd.temperature_schedule,
                       scale_by_t2=kd.scale_by_t2, kd_weight=kd.kd_weight, hard_weight=kd.hard_weight)

@@ -12,7 +12,8 @@ import time
 
 from prefect import flow
 
-from tasks.compression.distill import Ensemble, KdConfig, Match, SoftLabels, check_student, layer_map_for, train_student
+from tasks.compression.distill import (Ensemble, KdConfig, Match, SoftLabels, check_student, student_layer_map,
+                                       train_student)
 from tasks.compression.measure import evaluate_variant
 from tasks.core import paths
 from tasks.core.errors import ParamsError
@@ -47,7 +48,7 @@ def distill(student_name: str, task_name: str) -> None:
     teacher_dir = paths.MODELS / kd.teacher
     base = load_model(teacher_dir)  # the teacher's pretrained encoder: students start from its layers
     layers = base.config.num_hidden_layers
-    layer_map = (size.layer_map or layer_map_for(size.num_hidden_layers, layers)) if size.init == "teacher" else None
+    layer_map = student_layer_map(size, layers)
     matches = tuple(Match(m.kind, m.student, m.teacher, m.weight) for m in size.matches)
     check_student(size.num_hidden_layers, layers, layer_map, matches, f"compression.students.{student_name}")
     tables, labels, data = load_task_data(task_name, family, ("train", "dev", "test"), load_tokenizer(teacher_dir),

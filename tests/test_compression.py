@@ -10,8 +10,9 @@ from pydantic import ValidationError
 from transformers import (AutoModel, BertConfig, BertForQuestionAnswering, BertForSequenceClassification,
                           BertForTokenClassification, BertModel)
 
-from tasks.compression.distill import (KdConfig, Match, SoftLabels, attention_mse, check_student, distill, hidden_mse,
-                                       kd_loss, layer_map_for, prediction_logits, student_encoder, temperature_at)
+from tasks.compression.distill import (LABEL_KEYS, KdConfig, Match, SoftLabels, attention_mse, check_student, distill,
+                                       hidden_mse, kd_loss, layer_map_for, prediction_logits, student_encoder,
+                                       student_layer_map, temperature_at)
 from tasks.compression.encoder import encoder_of, gates, heads_of, record_shape, slice_layer
 from tasks.compression.prune import (Renumbered, choose, importance, load_pruned, prune, prune_vocabulary,
                                      save_pruned, used_ids)
@@ -129,6 +130,10 @@ def test_student_from_teacher_layers_and_bad_configs():
     base = BertModel(tiny_config(num_hidden_layers=4), add_pooling_layer=False)
     student = student_encoder(base, 2, 16, 4, 24, layer_map_for(2, 4), seed=1)
     assert layer_map_for(2, 4) == [1, 3] and layer_map_for(3, 12) == [3, 7, 11]
+    size = dict(num_hidden_layers=2, hidden_size=16, num_attention_heads=4, intermediate_size=24)
+    assert student_layer_map(Student(**size, init="teacher"), 4) == [1, 3]
+    assert student_layer_map(Student(**size, init="teacher", layer_map=[0, 2]), 4) == [0, 2]
+    assert student_layer_map(Student(**size, init="random"), 4) is None
     for j, t in enumerate([1, 3]):
         for (name, a), b in zip(student.encoder.layer[j].state_dict().items(), base.encoder.layer[t].state_dict().values()):
             assert torch.equal(a, b), name
@@ -232,7 +237,7 @@ def test_soft_labels_are_the_teachers_rows_in_any_batch(family):
     ensemble = SoftLabels.mean(soft)
     for index in (np.array([36, 3, 17, 0, 8]), np.array([12]), np.arange(37)[::-1]):
         batch = data.batch(index)
-        inputs = {k: v for k, v in batch.items() if k not in ("labels", "start_positions", "end_positions")}
+        inputs = {k: v for k, v in batch.items() if k not in LABEL_KEYS}
         with torch.no_grad():
             online = [prediction_logits(t(**inputs), batch) for t in teachers]
         for labels, rows in zip(soft, online):

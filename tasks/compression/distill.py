@@ -251,15 +251,16 @@ class SoftLabels:
         order, positions = np.argsort(data.lengths, kind="stable"), False  # little padding
         for start in range(0, len(data), batch_size):
             index = order[start:start + batch_size]
-            batch = data.batch(index)
+            batch = {k: v.to(device) for k, v in data.batch(index).items()}
             with autocast(device):
-                out = teacher(**{k: v.to(device) for k, v in batch.items() if k not in LABEL_KEYS})
-            rows = [r.cpu().numpy() for r in prediction_logits(out, {k: v.to(device) for k, v in batch.items()})]
+                out = teacher(**{k: v for k, v in batch.items() if k not in LABEL_KEYS})
+            rows = [r.cpu().numpy() for r in prediction_logits(out, batch)]
             positions = "start_logits" in out
             if positions:  # [B, L]: each example's valid positions
-                split = [[r[j, :n] for j, n in enumerate(batch["attention_mask"].sum(1).numpy())] for r in rows]
+                split = [[r[j, :n] for j, n in enumerate(batch["attention_mask"].sum(1).cpu().numpy())]
+                         for r in rows]
             else:  # NER: the labelled tokens; classification: a row an example
-                counts = (batch["labels"] != IGNORE_INDEX).sum(1).numpy() if out["logits"].ndim == 3 else \
+                counts = (batch["labels"] != IGNORE_INDEX).sum(1).cpu().numpy() if out["logits"].ndim == 3 else \
                     np.ones(len(index), dtype=np.int64)
                 split = [np.split(r, np.cumsum(counts)[:-1]) for r in rows]
             for j, i in enumerate(index):
@@ -406,6 +407,14 @@ def train_student(family, base: BertModel, size, layer_map: Sequence[int] | None
                       max_grad_norm=training.max_grad_norm, seed=seed, device=device, soft_labels=soft_labels,
                       log=get_run_logger().info)
     return student.eval(), summary
+
+
+def student_layer_map(size, teacher_layers: int) -> list[int] | None:
+    """The teacher layers a student of ``size`` (:class:`tasks.core.params.Student`) starts from:
+    its ``layer_map``, else :func:`layer_map_for`; ``None`` for a student initialised at random."""
+    if size.init != "teacher":
+        return None
+    return size.layer_map or layer_map_for(size.num_hidden_layers, teacher_layers)
 
 
 def layer_map_for(student_layers: int, teacher_layers: int) -> list[int]:
