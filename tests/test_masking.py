@@ -7,7 +7,7 @@ import pytest
 
 from tasks.corpus.similar_words import SimilarWords
 from tasks.pretraining.masking import (MaskingConfig, corrupt, mask_batch, prediction_budget, select_ngrams,
-                                       select_units, unit_ids_for)
+                                       select_tokens, select_units, unit_ids_for)
 
 MASK, CLS, SEP = 103, 101, 102
 RANDOM_IDS = np.arange(1000, 21128, dtype=np.int32)
@@ -141,6 +141,32 @@ def test_mlm_units_are_single_tokens():
     assert unit_ids_for("wwm", words).tolist() == words.tolist()
     with pytest.raises(ValueError, match="unknown masking scheme"):
         unit_ids_for("xyz", words)
+
+
+def test_mlm_fast_path_chooses_the_first_visited_tokens(batch):
+    """select_tokens (MLM) takes, from the same draws, the tokens select_units takes on single-token
+    units, which are each row's ``budget`` tokens of smallest priority in stable order."""
+    _, words = batch
+    maskable = words >= 0
+    budget = prediction_budget(maskable.sum(axis=1), 0.15, 20)
+    fast = select_tokens(maskable, budget, np.random.default_rng(4))
+    np.testing.assert_array_equal(fast, select_units(unit_ids_for("mlm", words), budget, np.random.default_rng(4)))
+    n_units = int(np.flatnonzero(maskable.any(axis=0))[-1]) + 1
+    priority = np.random.default_rng(4).random((len(words), n_units))
+    priority[~maskable[:, :n_units]] = 2.0
+    for r in range(300):
+        first = np.argsort(priority[r], kind="stable")[:budget[r]]
+        assert set(np.flatnonzero(fast[r])) == set(first.tolist())
+
+
+def test_first_visited_breaks_ties_in_stable_order():
+    from tasks.pretraining.masking import _first_visited
+
+    priority = np.array([[0.5, 0.2, 0.5, 0.9, 2.0], [0.3, 0.3, 0.3, 0.1, 2.0], [0.3, 0.3, 0.3, 0.1, 2.0]])
+    chosen = _first_visited(priority, np.array([2, 2, 0]))
+    assert chosen[0].tolist() == [True, True, False, False, False]  # 0.2, then the first 0.5
+    assert chosen[1].tolist() == [True, False, False, True, False]  # 0.1, then the first 0.3
+    assert not chosen[2].any()
 
 
 def test_same_seed_same_masks(batch):

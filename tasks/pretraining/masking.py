@@ -161,6 +161,49 @@ def _tokens_of_units(unit_ids: np.ndarray, unit_chosen: np.ndarray) -> np.ndarra
     return (unit_ids >= 0) & unit_chosen.reshape(-1)[flat]
 
 
+def _first_visited(priority: np.ndarray, budget: np.ndarray) -> np.ndarray:
+    """``bool [N, U]``: the ``budget`` units each row visits first (``priority``: ``float64 [N, U]``
+    from :func:`_visit_priorities`; ``budget``: ``int64 [N]``).
+
+    They are the units whose priority is at most the row's ``budget``-th smallest: one sort of
+    the values, several times cheaper than ordering the indices. A row where that threshold is
+    shared by two units (distinct uniform doubles never are) is ranked by the stable sort that
+    defines the visit order instead.
+    """
+    kth = np.sort(priority, axis=1)[np.arange(len(priority)), np.maximum(budget - 1, 0)]
+    chosen = (priority <= kth[:, None]) & (budget > 0)[:, None]
+    tied = np.flatnonzero(chosen.sum(axis=1) != np.minimum(budget, priority.shape[1]))
+    if tied.size:
+        rank = np.argsort(np.argsort(priority[tied], axis=1, kind="stable"), axis=1, kind="stable")
+        chosen[tied] = rank < budget[tied, None]
+    return chosen
+
+
+def select_tokens(maskable: np.ndarray, budget: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """MLM: choose ``budget`` maskable tokens per row, uniformly without replacement.
+
+    The same choice, from the same draws, as :func:`select_units` on single-token units
+    (:func:`unit_ids_for` ``("mlm", ...)``: unit ``u`` is the token at position ``u``), without
+    building the units.
+
+    Args:
+        maskable: ``bool [N, L]`` tokens that may be chosen.
+        budget: ``int [N]`` tokens to choose per row (at most the row's maskable tokens).
+        rng: the random generator (consumes ``N * U`` uniforms, ``U`` = the last maskable position + 1).
+    Returns:
+        ``bool [N, L]``: the chosen tokens.
+    """
+    columns = np.flatnonzero(maskable.any(axis=0))
+    chosen = np.zeros(maskable.shape, dtype=bool)
+    if not columns.size:
+        return chosen
+    n_units = int(columns[-1]) + 1
+    priority = rng.random((len(maskable), n_units))
+    priority[~maskable[:, :n_units]] = 2.0
+    chosen[:, :n_units] = _first_visited(priority, np.asarray(budget, dtype=np.int64))
+    return chosen & maskable
+
+
 def select_units(unit_ids: np.ndarray, budget: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     """Choose whole units in random order until each row's token budget is met.
 
@@ -187,12 +230,9 @@ def select_units(unit_ids: np.ndarray, budget: np.ndarray, rng: np.random.Genera
         return np.zeros(unit_ids.shape, dtype=bool)
     priority = _visit_priorities(lengths, rng)
     budget = np.asarray(budget, dtype=np.int64)
-    chosen = np.zeros((n_rows, n_units), dtype=bool)
     if lengths.max() <= 1:  # single-token units: the first `budget` in random order
-        width = int(budget.max(initial=0))
-        rows, visit = np.nonzero(np.arange(width)[None, :] < budget[:, None])
-        chosen[rows, _visit_order(priority, width)[rows, visit]] = True
-        return _tokens_of_units(unit_ids, chosen)
+        return _tokens_of_units(unit_ids, _first_visited(priority, budget))
+    chosen = np.zeros((n_rows, n_units), dtype=bool)
     n_present = (lengths > 0).sum(axis=1)
     total = np.zeros(n_rows, dtype=np.int64)
     rows = np.flatnonzero(budget > 0)  # the rows still choosing
@@ -446,10 +486,13 @@ def mask_batch(input_ids: np.ndarray, word_ids: np.ndarray, config: MaskingConfi
     Returns:
         A :class:`MaskedBatch`.
     """
-    budget = prediction_budget((word_ids >= 0).sum(axis=1), config.masked_lm_prob, config.max_predictions)
+    maskable = word_ids >= 0
+    budget = prediction_budget(maskable.sum(axis=1), config.masked_lm_prob, config.max_predictions)
     if config.scheme == "ngram":
         chosen, _ = select_ngrams(word_ids, budget, rng, config.ngram_probs)
+    elif config.scheme == "wwm":
+        chosen = select_units(word_ids, budget, rng)
     else:
-        chosen = select_units(unit_ids_for(config.scheme, word_ids), budget, rng)
+        chosen = select_tokens(maskable, budget, rng)
     return corrupt(input_ids, chosen, word_ids, config, rng, mask_token_id=mask_token_id,
                    random_token_ids=random_token_ids, lex_ids=lex_ids, similar=similar)
