@@ -9,14 +9,16 @@ this CPU's fp32 and bf16 matmul peaks, measured here.
 * ``pipeline``: the step of :func:`tasks.pretraining.pretrain.train` on CPU as the stage runs
   it: :class:`tasks.pretraining.modeling.PretrainingModel` (the vocabulary projection at the
   M masked positions only), :func:`tasks.training.optim.optimizer_for` (AdamW, no decay on
-  biases and LayerNorm), gradient clipping, the loss left on the device (no ``.item()``).
+  biases and LayerNorm, the fused kernel: ``pretrain.fused_adamw``), gradient clipping, the
+  loss left on the device (no ``.item()``).
 * ``hf``: ``BertForMaskedLM(input_ids, attention_mask, token_type_ids, labels)`` with labels
   -100 off the masked positions (logits at every position, ``[B, L, V]``),
   ``torch.optim.AdamW(model.parameters())``, ``clip_grad_norm_``: the docs' PyTorch loop.
 * Levers on the pipeline's step, each its own side: ``bf16`` autocast on CPU (this run's loss
-  after the same steps is printed beside fp32's), ``foreach`` AdamW (one multi-tensor op per
-  parameter group instead of a per-tensor loop), and a batch 4x larger (tokens/s only: sample
-  efficiency is a separate question).
+  after the same steps is printed beside fp32's), AdamW without the fused kernel, as its
+  per-tensor ``loop`` (PyTorch's default on CPU) or ``foreach`` (multi-tensor ops per
+  parameter group), and a batch 4x larger (tokens/s only: sample efficiency is a separate
+  question).
 * Model FLOPs per step: (6 N + 12 L H T) per token (``gpu_check.flops_per_token``: N the
   non-embedding parameters, T the padded length) plus 6 H V per predicted token (the vocabulary
   projection where it is needed); the same count for every side, so GFLOP/s ratios are speed
@@ -64,7 +66,7 @@ class Side:
     """One way of taking a training step, with its own model and optimizer, timed per block."""
 
     def __init__(self, name: str, config, size, params, *, hf: bool = False, bf16: bool = False,
-                 foreach: bool = False, batch_scale: int = 1):
+                 adamw: str = "fused", batch_scale: int = 1):
         self.name, self.hf, self.bf16, self.batch_scale = name, hf, bf16, batch_scale
         pre = params.pretrain
         if hf:
@@ -76,8 +78,8 @@ class Side:
                                          weight_decay=pre.weight_decay)
         else:
             self.model = PretrainingModel(new_masked_lm(config, params.seed, size.sinusoidal_position_amplitude))
-            self.opt = optimizer_for(self.model, pre.learning_rate, pre.weight_decay)
-            if foreach:
+            self.opt = optimizer_for(self.model, pre.learning_rate, pre.weight_decay, fused=adamw == "fused")
+            if adamw == "foreach":
                 for group in self.opt.param_groups:
                     group["foreach"] = True
         self.model.train()
@@ -115,7 +117,8 @@ def main(argv: list[str] | None = None) -> int:
     peaks = {"fp32": matmul_peak(torch.float32), "bf16": matmul_peak(torch.bfloat16)}
     sides = [Side("pipeline", config, size, params), Side("hf", config, size, params, hf=True),
              Side("pipeline_bf16", config, size, params, bf16=True),
-             Side("pipeline_foreach", config, size, params, foreach=True),
+             Side("pipeline_adamw_loop", config, size, params, adamw="loop"),
+             Side("pipeline_adamw_foreach", config, size, params, adamw="foreach"),
              Side("pipeline_batch_x4", config, size, params, batch_scale=4)]
     schedules = {scale: BatchSchedule(data.lengths, batch * scale, params.seed) for scale in (1, 4)}
     print(f"pretrain_step: model L{size.num_hidden_layers} H{size.hidden_size} A{size.num_attention_heads}, "

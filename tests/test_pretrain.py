@@ -1,6 +1,7 @@
 """The pretraining loop: masked-position loss equals the full-vocabulary loss, the
 schedule, the data order, and resuming after a kill reproduces the uninterrupted run."""
 
+import copy
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -15,7 +16,7 @@ from tasks.pretraining.masking import MaskingConfig, mask_batch
 from tasks.pretraining.modeling import PretrainingModel
 from tasks.pretraining.pretrain import DynamicMasker, PretrainingExamples, checkpoint_fingerprint, train
 from tasks.training.batching import BatchSchedule, RaggedTake, pad_batch
-from tasks.training.optim import learning_rate
+from tasks.training.optim import learning_rate, optimizer_for
 
 
 def tiny_model(seed=0, **heads):
@@ -70,6 +71,27 @@ def test_learning_rate_schedule():
     assert lrs[0] == pytest.approx(0.1) and lrs[9] == pytest.approx(1.0)
     assert max(lrs) == pytest.approx(1.0) and lrs[-1] == pytest.approx(1 / 90)
     assert all(a >= b for a, b in zip(lrs[9:], lrs[10:]))
+
+
+def test_fused_adamw_makes_the_loop_update_on_cpu():
+    """optimizer_for's fused kernel (on CPU too) keeps BERT's groups (no decay on biases and
+    LayerNorm) and makes the default implementation's update, to float rounding."""
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.LayerNorm(32), torch.nn.Linear(32, 4))
+    x, y = torch.randn(64, 16), torch.randint(0, 4, (64,))
+    models, initial = [net, copy.deepcopy(net)], copy.deepcopy(net)
+    opts = [optimizer_for(m, 1e-2, 0.1, fused=f) for m, f in zip(models, (True, False))]
+    assert opts[0].defaults.get("fused") and not opts[1].defaults.get("fused")
+    assert [g["weight_decay"] for g in opts[0].param_groups] == [0.1, 0.0]
+    assert len(opts[0].param_groups[0]["params"]) == 2  # the two weight matrices; biases and LayerNorm: no decay
+    for _ in range(20):
+        for model, opt in zip(models, opts):
+            torch.nn.functional.cross_entropy(model(x), y).backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+    for (name, a), b, a0 in zip(models[0].named_parameters(), models[1].parameters(), initial.parameters()):
+        assert (a - a0).abs().max() > 1e-3, name  # trained
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=name)
 
 
 def test_batch_schedule_covers_each_epoch_and_groups_lengths():

@@ -1,8 +1,9 @@
 """Device choice, mixed precision and the CUDA switches, shared by pretraining, fine-tuning
 and the analyses.
 
-Every CUDA switch (bf16 autocast, TF32, fused AdamW in :mod:`tasks.training.optim`) is a
-no-op on CPU, so a CPU run gives the same numbers whatever ``pretrain`` says about them.
+The CUDA switches (bf16 autocast, TF32) are no-ops on CPU, so a CPU run gives the same
+numbers whatever ``pretrain`` says about them (fused AdamW, :mod:`tasks.training.optim`,
+acts on both).
 """
 
 from __future__ import annotations

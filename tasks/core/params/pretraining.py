@@ -152,10 +152,10 @@ class Pretrain(_Strict):
     log_every: int = Field(ge=1)
     checkpoint_every: int = Field(ge=1)
     device: str
-    # GPU options (tasks.pretraining.modeling.prepare_model); bf16, tf32, fused_adamw are no-ops on CPU
+    # GPU options (tasks.pretraining.modeling.prepare_model); bf16 and tf32 are no-ops on CPU
     bf16: bool = Field(True, description="CUDA: bf16 autocast (mixed precision); CPU runs fp32 whatever this says")
     tf32: bool = Field(True, description="CUDA: TF32 tensor cores for the fp32 matmuls left outside autocast")
-    fused_adamw: bool = Field(True, description="CUDA: the fused AdamW kernel (one launch for all parameters)")
+    fused_adamw: bool = Field(True, description="the fused AdamW kernel (CPU and CUDA): one kernel for all parameters")
     compile: bool = Field(False, description="torch.compile the encoder (any device; the first steps compile)")
     activation_checkpointing: bool = Field(False, description="recompute each layer's activations in the backward "
                                                               "pass: less memory, about 1/3 more compute")
