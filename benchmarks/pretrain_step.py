@@ -150,13 +150,13 @@ def main(argv: list[str] | None = None) -> int:
                               "gflops_per_sec": round(flops / seconds / 1e9, 2),
                               "loss_after": round(float(side.loss), 4)}
     hf = figures["hf"]["tokens_per_sec"]
-    print(f"{'side':>18} {'tokens/s':>10} {'GFLOP/s':>9} {'% fp32 peak':>12} {'vs hf':>7} {'vs pipeline':>12} "
+    print(f"{'side':>22} {'tokens/s':>10} {'GFLOP/s':>9} {'% fp32 peak':>12} {'vs hf':>7} {'vs pipeline':>12} "
           f"{'loss':>7}")
     for name, f in figures.items():
         f["vs_hf"] = round(f["tokens_per_sec"] / hf, 2)
         f["vs_pipeline"] = round(f["tokens_per_sec"] / base, 2)
         f["fraction_of_fp32_peak"] = round(f["gflops_per_sec"] * 1e9 / peaks["fp32"], 4)
-        print(f"{name:>18} {f['tokens_per_sec']:>10,.0f} {f['gflops_per_sec']:>9.1f} "
+        print(f"{name:>22} {f['tokens_per_sec']:>10,.0f} {f['gflops_per_sec']:>9.1f} "
               f"{f['fraction_of_fp32_peak']:>12.1%} {f['vs_hf']:>6.2f}x {f['vs_pipeline']:>11.2f}x {f['loss_after']:>7}")
     print(f"pipeline / hf: x{figures['pipeline']['vs_hf']:.2f}  (target >= 5)")
     write_results("pretrain_step", {"objective": args.objective, "model": size.model_dump(), "batch_size": batch,
