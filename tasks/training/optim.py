@@ -23,9 +23,9 @@ def optimizer_for(model: torch.nn.Module, lr: float, weight_decay: float, fused:
             tensor. The same update up to float rounding. On 2 CPU cores it updates the default
             model (1.4 M parameters in 39 tensors) in 0.6 ms against 2.7-5.4 ms, 5-10% of a
             training step (``benchmarks/pretrain_step.py``: 1.11x the tokens/s of the loop).
-            Call this after moving the model: with parameters
-            on more than one device, or on a device the kernel does not serve, the default
-            implementation is used. ``pretrain.fused_adamw`` sets it for pretraining.
+            Call this after moving the model: with parameters on more than one device, or on
+            a device the kernel does not serve, the default implementation is used.
+            ``pretrain.fused_adamw`` sets it for pretraining.
     """
     decay, no_decay = [], []
     for name, p in model.named_parameters():
