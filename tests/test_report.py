@@ -15,7 +15,7 @@ import pytest
 
 from tasks.core.metrics import FinetuneMetrics, PruneMetrics, SeedSummary, read_metrics
 from tasks.core.params import Objective, Params
-from tasks.report.common import max_avg
+from tasks.report.common import fmt, max_avg
 from tasks.report.comparison import comparison_section
 from tasks.report.compression import _findings, compression_section
 from tasks.report.corpus import corpus_section
@@ -73,6 +73,17 @@ def test_verdict_needs_a_gap_beyond_the_seed_spread(tmp_path):
     assert "| sentiment | wwm | +1.00 | 2.00 | within seed spread |" in md
     assert "| msra_mrc | mlm | -10.00 | 2.00 | worse, beyond seed spread |" in md
     assert (tmp_path / "finetune_dev.png").stat().st_size > 0
+
+
+def test_run_times_name_the_stages_of_dvc_yaml(tmp_path):
+    from tasks.report.runtime import runtime_section
+
+    results = {("mlm", "sentiment"): result("classification", "accuracy", [0.8, 0.81]),
+               ("random", "sentiment"): result("classification", "accuracy", [0.7, 0.71])}
+    md = runtime_section(tmp_path, ["mlm", "wwm"], results)
+    minutes = fmt(2 * FIT["wall_sec"] / 60, 2)
+    assert f"| finetune@mlm-sentiment | {minutes} |" in md  # a compared objective
+    assert f"| finetune_baseline@random-sentiment | {minutes} |" in md  # a baseline (finetune.baselines)
 
 
 def test_comparison_table_and_noise_verdict():

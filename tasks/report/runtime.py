@@ -17,5 +17,6 @@ def runtime_section(metrics: Path, objectives: list[str], results: dict) -> str:
         if m:
             rows.append([stage, fmt(m.wall_sec / 60, 2)])
     for (model, task), r in sorted(results.items()):
-        rows.append([f"finetune@{model}-{task}", fmt(sum(run.train.wall_sec for run in r.runs) / 60, 2)])
+        stage = "finetune" if model in objectives else "finetune_baseline"  # dvc.yaml's stage names
+        rows.append([f"{stage}@{model}-{task}", fmt(sum(run.train.wall_sec for run in r.runs) / 60, 2)])
     return table(["stage", "minutes (training compute)"], rows) if rows else ""
