@@ -25,6 +25,7 @@ from tasks.core.stage import run_stage
 from tasks.downstream.families import FAMILIES, load_task_data
 from tasks.downstream.finetune import load_finetuned, model_file
 from tasks.training.device import resolve_device
+from tasks.training.seeds import map_seeds
 
 VARIANTS = {
     "labels": "student on the labels only",
@@ -74,15 +75,18 @@ def distill(student_name: str, task_name: str) -> None:
     per_teacher = [SoftLabels.of(t, data["train"], training.eval_batch_size, device) for t in teachers]
     ensemble = SoftLabels.mean(per_teacher)
     for name, config in configs.items():
-        students, runs = [], []
-        for i, seed in enumerate(seeds):
+        def student(seed: int, log):  # one seed's student of this variant
+            i = seeds.index(seed)
             by, soft_labels = {"labels": ([], None), "kd": ([], per_teacher[i]),
                                "kd_intermediate": ([teachers[i]], None), "multi_teacher": ([], ensemble)}[name]
-            model, summary = train_student(family, base, size, layer_map, by, data["train"], labels, training,
-                                           config, epochs, lr, seed, device, name, soft_labels)
-            students.append(model)
-            runs.append({"seed": seed, "train": summary})
-        rows.append(evaluate_variant(name, VARIANTS[name], students, runs, **common))
+            return train_student(family, base, size, layer_map, by, data["train"], labels, training, config,
+                                 epochs, lr, seed, device, soft_labels, log)
+
+        # the seeds' students trained side by side (finetune.seed_workers), measured here after
+        trained = map_seeds(student, seeds, params.finetune.seed_workers, device, name)
+        rows.append(evaluate_variant(name, VARIANTS[name], [model for model, _ in trained],
+                                     [{"seed": s, "train": summary} for s, (_, summary) in zip(seeds, trained)],
+                                     **common))
     settings = {**size.model_dump(exclude={"matches", "layer_map", "init"}), "init": size.init,
                 "layer_map": layer_map or [], **soft, "epochs": epochs, "learning_rate": lr}
     with atomic_outputs(paths.stage_metrics("distill", f"{student_name}-{task_name}")) as (metrics_file,):

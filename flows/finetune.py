@@ -4,10 +4,13 @@ the fine-tuned models (the teachers and pruned models of the compression stages)
 
 ``<model>`` is a folder ``models/<model>`` (a pipeline model, ``random``, or an
 imported hub model); ``<task>`` a task of ``params.yaml``. Each seed fine-tunes
-from the same checkpoint with its own head initialisation and data order.
+from the same checkpoint with its own head initialisation and data order; on CPU
+``finetune.seed_workers`` processes run the seeds side by side.
 """
 
 import sys
+import time
+from functools import partial
 
 from prefect import flow
 
@@ -18,8 +21,9 @@ from tasks.core.metrics import FinetuneMetrics, write_metrics
 from tasks.core.model_dir import check_weights, load_tokenizer
 from tasks.core.params import load_params
 from tasks.downstream.families import FAMILIES, load_task_data
-from tasks.downstream.finetune import model_file, run_seed, save_finetuned, summarize, write_predictions
+from tasks.downstream.finetune import run_seed, model_file, save_finetuned, summarize, write_predictions
 from tasks.training.distributed import join_process_group, run_training_stage
+from tasks.training.seeds import map_seeds
 
 
 @flow(name="finetune")
@@ -37,14 +41,18 @@ def finetune(model_name: str, task_name: str) -> None:
     # truncation (NER) and answers no window holds (MRC): counted, never silently lost
     encoding = {s: d.stats for s, d in data.items() if getattr(d, "stats", None)}
     ranks, device = join_process_group(cfg.device)  # one DDP rank per process under torchrun
-    results = [run_seed(family, model_dir, labels, data, tables, training, spec.metrics, seed, device, ranks)
-               for seed in cfg.seeds]
+    t0 = time.perf_counter()
+    seed_run = partial(run_seed, family, model_dir, labels, data, tables, training, spec.metrics,
+                       device=device, ranks=ranks)
+    results = map_seeds(seed_run, cfg.seeds, cfg.seed_workers, device, "finetune", ranks)
+    wall = round(time.perf_counter() - t0, 2)
     if not ranks.is_main:  # rank 0 evaluates and writes the outputs
         return
     runs = [result for result, _, _ in results]
     summary = {split: {m: summarize([r[split][m] for r in runs]) for m in spec.metrics} for split in ("dev", "test")}
     metrics = {"model": model_name, "task": task_name, "family": spec.family, "headline": spec.metrics[0],
-               "seeds": cfg.seeds, "encoding": encoding, "training": training.model_dump(), "runs": runs, **summary}
+               "seeds": cfg.seeds, "seed_workers": cfg.seed_workers, "wall_sec": wall, "encoding": encoding,
+               "training": training.model_dump(), "runs": runs, **summary}
     name = paths.finetune_name(model_name, task_name)
     with atomic_outputs(paths.PREDICTIONS / name, paths.stage_metrics("finetune", name)) as (out, metrics_file):
         write_predictions(out, {seed: preds for seed, (_, preds, _) in zip(cfg.seeds, results)})

@@ -25,6 +25,7 @@ from tasks.core.stage import run_stage
 from tasks.downstream.families import FAMILIES, load_task_data
 from tasks.downstream.finetune import load_finetuned, model_file
 from tasks.training.device import resolve_device
+from tasks.training.seeds import map_seeds
 
 
 @flow(name="prune")
@@ -43,6 +44,7 @@ def prune(model_name: str, task_name: str) -> None:
     device = resolve_device(params.finetune.device)
     folder = paths.PREDICTIONS / paths.finetune_name(model_name, task_name)
     models = [load_finetuned(family, model_dir, labels, training, model_file(folder, s)) for s in seeds]
+    by_seed = dict(zip(seeds, models))
     common = dict(family=family, data=data, tables=tables, training=training, labels=labels, metrics=spec.metrics,
                   device=device, repeats=cfg.latency_repeats)
     rows = [evaluate_variant("unpruned", f"{model_name} fine-tuned (finetune)", models,
@@ -55,7 +57,9 @@ def prune(model_name: str, task_name: str) -> None:
     with atomic_outputs(out_dir, paths.stage_metrics("prune", paths.finetune_name(model_name, task_name))) as (
             out, metrics_file):
         for variant in variants(cfg.prune.n_iters):
-            pruned = [prune_copy(m, data["train"], variant, seed=s, **knobs) for s, m in zip(seeds, models)]
+            # the seeds' fine-tuned models pruned side by side (finetune.seed_workers), measured here after
+            pruned = map_seeds(lambda seed, log: prune_copy(by_seed[seed], data["train"], variant, **knobs), seeds,
+                               params.finetune.seed_workers, device, variant.name)
             row = evaluate_variant(variant.name, variant.description, [p for p, _ in pruned],
                                    [{"seed": s, **shape} for s, (_, shape) in zip(seeds, pruned)], **common)
             save_pruned(pruned[0][0], out / variant.name)

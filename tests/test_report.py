@@ -78,12 +78,14 @@ def test_verdict_needs_a_gap_beyond_the_seed_spread(tmp_path):
 def test_run_times_name_the_stages_of_dvc_yaml(tmp_path):
     from tasks.report.runtime import runtime_section
 
+    side_by_side = result("classification", "accuracy", [0.7, 0.71]).model_copy(update={"wall_sec": 90.0})
     results = {("mlm", "sentiment"): result("classification", "accuracy", [0.8, 0.81]),
-               ("random", "sentiment"): result("classification", "accuracy", [0.7, 0.71])}
+               ("random", "sentiment"): side_by_side}
     md = runtime_section(tmp_path, ["mlm", "wwm"], results)
-    minutes = fmt(2 * FIT["wall_sec"] / 60, 2)
-    assert f"| finetune@mlm-sentiment | {minutes} |" in md  # a compared objective
-    assert f"| finetune_baseline@random-sentiment | {minutes} |" in md  # a baseline (finetune.baselines)
+    # a run without the stage's wall (before seed_workers): its seeds' training, summed
+    assert f"| finetune@mlm-sentiment | {fmt(2 * FIT['wall_sec'] / 60, 2)} |" in md  # a compared objective
+    # a baseline (finetune.baselines), by the wall time of its seeds, not their sum
+    assert "| finetune_baseline@random-sentiment | 1.50 |" in md
 
 
 def test_comparison_table_and_noise_verdict():

@@ -33,13 +33,11 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 import torch.nn.functional as F
-from prefect import get_run_logger
 from torch import nn
 from transformers import BertConfig, BertModel
 
 from tasks.compression.encoder import Recorder, encoder_of
 from tasks.core.errors import ParamsError
-from tasks.core.stage import stage_task
 from tasks.training.batching import IGNORE_INDEX, BatchSchedule, pad_batch
 from tasks.training.device import autocast
 from tasks.training.optim import learning_rate, optimizer_for
@@ -388,10 +386,10 @@ def distill(student: nn.Module, teachers: Sequence[nn.Module], data, cfg: KdConf
             "wall_sec": round(wall, 2), "examples_per_sec": round(examples / wall, 1)}
 
 
-@stage_task(task_run_name="{variant}-seed-{seed}")
 def train_student(family, base: BertModel, size, layer_map: Sequence[int] | None, teachers: Sequence[nn.Module],
                   data, labels, training, config: KdConfig, epochs: float, lr: float, seed: int,
-                  device: torch.device, variant: str, soft_labels: SoftLabels | None = None) -> tuple[nn.Module, dict]:
+                  device: torch.device, soft_labels: SoftLabels | None = None,
+                  log: Callable[[str], None] = print) -> tuple[nn.Module, dict]:
     """One student of ``distill@<student>-<task>``: :func:`student_encoder` of ``size``
     (:class:`tasks.core.params.Student`) on ``base``, the family's head (:func:`build_student`),
     then :func:`distill` with the task's batch, warm-up, weight decay and clipping.
@@ -405,7 +403,7 @@ def train_student(family, base: BertModel, size, layer_map: Sequence[int] | None
     summary = distill(student, teachers, data, config, epochs=epochs, batch_size=training.batch_size, lr=lr,
                       warmup_fraction=training.warmup_fraction, weight_decay=training.weight_decay,
                       max_grad_norm=training.max_grad_norm, seed=seed, device=device, soft_labels=soft_labels,
-                      log=get_run_logger().info)
+                      log=log)
     return student.eval(), summary
 
 

@@ -37,7 +37,6 @@ from transformers import AutoConfig
 from tasks.compression.distill import LABEL_KEYS, prediction_logits
 from tasks.compression.encoder import encoder_of, gates, heads_of, record_shape, reshape_to_config, slice_layer
 from tasks.core.errors import SourceError
-from tasks.core.stage import stage_task
 from tasks.core.model_dir import WEIGHT_ERRORS, load_model
 
 IMPORTANCE = ("supervised", "self_supervised")
@@ -179,9 +178,8 @@ def variants(n_iters: int) -> list[PruneVariant]:
     return [PruneVariant(k, a, n) for k in IMPORTANCE for a in ALLOCATION for n in sorted({1, n_iters})]
 
 
-@stage_task(task_run_name="{variant.name}-seed-{seed}")
 def prune_copy(model: nn.Module, data, variant: PruneVariant, *, heads: int, ffn: int, examples: int,
-               batch_size: int, device: torch.device, seed: int) -> tuple[nn.Module, dict]:
+               batch_size: int, device: torch.device) -> tuple[nn.Module, dict]:
     """A pruned copy of ``model`` (one seed's) by ``variant`` (:func:`prune`); returns it and the
     heads and FFN neurons it keeps per layer."""
     pruned = copy.deepcopy(model)

@@ -42,7 +42,6 @@ import ctypes
 import hashlib
 import inspect
 import json
-import logging
 import math
 import multiprocessing
 import os
@@ -58,6 +57,7 @@ import pyarrow.parquet as pq
 from tasks.core.errors import PipelineError, SourceError
 from tasks.core.io import (PARQUET_OPTIONS, atomic_outputs, parquet_table, read_json, stream_parquet, write_json,
                            write_parquet)
+from tasks.core.stage import run_logger, stage_task
 
 FORMAT = 1  # of the work folder; part of the fingerprint, so a layout change never reads an old folder
 
@@ -95,16 +95,6 @@ class ShardRun:
     shards: int
     processed: int
     """Shards this run processed; ``shards - processed`` were done by a killed earlier run."""
-
-
-def _log() -> logging.Logger | logging.LoggerAdapter:
-    from prefect import get_run_logger
-    from prefect.exceptions import MissingContextError
-
-    try:
-        return get_run_logger()
-    except MissingContextError:
-        return logging.getLogger(__name__)
 
 
 # --------------------------------------------------------------------------- reading
@@ -245,8 +235,6 @@ def map_tasks(name: str, fn: Callable[[Any], Any], jobs: list, executor, indices
 
     from prefect import flow
 
-    from tasks.core.stage import stage_task
-
     task = stage_task(_run_job, name=f"{name}-shard", retries=1, task_run_name=f"{name}-shard-{{index:05d}}")
 
     def run_all() -> list:
@@ -302,7 +290,7 @@ def run_shards(step: ShardedStep, source: str | os.PathLike, output: str | os.Pa
         (work / role).mkdir(parents=True, exist_ok=True)
     shards = math.ceil(total / rows)
     pending = [i for i in range(shards) if not _done(work, i)]
-    _log().info(f"{step.name}: {shards} shards of {rows} rows, {shards - len(pending)} done by an earlier run, "
+    run_logger().info(f"{step.name}: {shards} shards of {rows} rows, {shards - len(pending)} done by an earlier run, "
                 f"{len(pending)} to run on {executor.address or f'{executor.kind} x{executor.workers}'} ({work})")
     map_tasks(step.name, _process_shard_args, [(step, source, rows, index, work) for index in pending], executor,
               indices=pending)

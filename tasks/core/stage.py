@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import logging
 import sys
 import urllib.error
 import urllib.request
@@ -20,6 +21,18 @@ def stage_task(fn: Callable | None = None, **options):
     must never skip work DVC asked for, nor persist large in-memory results."""
     options = {"cache_policy": NO_CACHE, "persist_result": False, **options}
     return task(fn, **options) if fn is not None else task(**options)
+
+
+def run_logger() -> logging.Logger | logging.LoggerAdapter:
+    """The Prefect run logger of the running flow or task; outside one (a test, a benchmark,
+    a forked worker's caller), the module's standard logger."""
+    from prefect import get_run_logger
+    from prefect.exceptions import MissingContextError
+
+    try:
+        return get_run_logger()
+    except MissingContextError:
+        return logging.getLogger(__name__)
 
 
 def check_prefect_api(timeout: float = 3.0) -> None:

@@ -4,8 +4,9 @@ A task supplies a dataset object with ``__len__`` and ``batch(index) -> dict of
 tensors`` whose keys are the keyword arguments of a Hugging Face task head
 (``input_ids``, ``attention_mask``, ``token_type_ids``, ``labels``, ...); the
 head computes its own loss. Everything else (optimiser, schedule, clipping,
-seeding, mixed precision, device) is here, once; :func:`run_seed` and
-:func:`fine_tune` are the Prefect tasks of the stages that fine-tune, and
+seeding, mixed precision, device) is here, once; :func:`run_seed` is one seed of
+``finetune`` (run in turn or side by side by :func:`tasks.training.seeds.map_seeds`),
+:func:`fine_tune` the Prefect task of the analyses that fine-tune, and
 :func:`write_predictions` writes the predictions' files.
 """
 
@@ -52,7 +53,7 @@ def fit(model: torch.nn.Module, data: Batches, *, epochs: float, batch_size: int
 
     Returns:
         ``steps``, ``examples``, ``train_loss`` (mean over the last 10% of steps),
-        ``wall_sec`` and ``examples_per_sec``.
+        ``wall_sec``, ``examples_per_sec`` and ``threads`` (this process's intra-op threads).
     Raises:
         ParamsError: ``batch_size`` is not a multiple of the number of processes.
     """
@@ -87,7 +88,8 @@ def fit(model: torch.nn.Module, data: Batches, *, epochs: float, batch_size: int
             log(f"step {step + 1}/{total} loss {np.mean(losses[-max(1, total // 10):]):.4f}")
     wall = time.perf_counter() - t0
     return {"steps": total, "examples": examples, "train_loss": float(np.mean(losses[-max(1, total // 10):])),
-            "wall_sec": round(wall, 2), "examples_per_sec": round(examples / wall, 1)}
+            "wall_sec": round(wall, 2), "examples_per_sec": round(examples / wall, 1),
+            "threads": torch.get_num_threads()}
 
 
 def _loss_units(batch: dict[str, torch.Tensor]) -> int:
@@ -127,21 +129,20 @@ def fine_tune(family, model_dir, labels, data: Batches, training, seed: int,
     return fit_seed(family, model_dir, labels, data, training, seed, device, get_run_logger().info)
 
 
-@stage_task(task_run_name="seed-{seed}")
 def run_seed(family, model_dir, labels, data: dict, tables: dict, training, metrics: list[str], seed: int,
-             device: torch.device, ranks: Ranks = Ranks()) -> tuple[dict, dict, torch.nn.Module] | None:
-    """One seed of ``finetune``: :func:`fit_seed` on ``data['train']``, then scores and
-    predictions on dev and test (``({"seed", "train", "dev", "test"}, {split: predictions}, model)``;
-    under DDP, rank 0 evaluates and the other ranks return None)."""
-    logger = get_run_logger()
-    model, train = fit_seed(family, model_dir, labels, data["train"], training, seed, device, logger.info, ranks)
+                  device: torch.device, log: Callable[[str], None] = print,
+                  ranks: Ranks = Ranks()) -> tuple[dict, dict, torch.nn.Module] | None:
+    """One seed of ``finetune`` (run by :func:`tasks.training.seeds.map_seeds`): :func:`fit_seed` on
+    ``data['train']``, then scores and predictions on dev and test (``({"seed", "train", "dev",
+    "test"}, {split: predictions}, model)``; under DDP, rank 0 evaluates and the other ranks return None)."""
+    model, train = fit_seed(family, model_dir, labels, data["train"], training, seed, device, log, ranks)
     if not ranks.is_main:
         return None
     result, predictions = {"seed": seed, "train": train}, {}
     for split in ("dev", "test"):
         result[split], predictions[split] = family.evaluate(model, data[split], tables[split], training, labels,
                                                            metrics, device)
-    logger.info(f"seed {seed}: dev {result['dev']} test {result['test']}")
+    log(f"seed {seed}: dev {result['dev']} test {result['test']}")
     return result, predictions, model
 
 

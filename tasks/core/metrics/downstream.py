@@ -142,6 +142,8 @@ class FitSummary(Record):
     """Wall-clock seconds of training (2 decimals)."""
     examples_per_sec: float
     """Examples per wall-clock second (1 decimal)."""
+    threads: int = absent()
+    """Intra-op threads of the process that trained (absent in runs from before it was written)."""
 
 
 class FinetuneRun(Record):
@@ -167,6 +169,10 @@ class FinetuneMetrics(Metrics):
     headline: str
     """The task's first metric, the one the report compares."""
     seeds: list[int]
+    seed_workers: int = absent()
+    """Processes that ran the seeds (``finetune.seed_workers``; absent in runs from before it was a param)."""
+    wall_sec: float = absent()
+    """Wall-clock seconds of all seeds, fine-tuning and evaluation (absent in older runs)."""
     encoding: dict[str, dict[str, int]] = absent()
     """Split -> what encoding counted (NER truncation, MRC answers no window holds);
     absent in runs from before it was written."""

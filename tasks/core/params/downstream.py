@@ -102,6 +102,9 @@ class Finetune(Training):
     baselines: list[str] = Field(description="models fine-tuned beside the compared objectives: random, hub_models")
     tasks: list[str] = Field(min_length=1)
     seeds: list[NonNegativeInt] = Field(min_length=1)
+    seed_workers: PositiveInt = Field(
+        1, description="CPU processes that fine-tune the seeds side by side, one intra-op thread each; "
+                       "1: the seeds in turn in the stage's process, with all its threads")
     device: str
 
     def for_task(self, task: DownstreamTask) -> Training:
