@@ -13,6 +13,11 @@
   checkpoints, no reporting).
 * Tokens/s: non-padding tokens of the examples trained on / wall seconds of training (model
   built beforehand, for both). Each side runs ``--rounds`` times, alternated; the best counts.
+* The stage's seeds (``finetune.seeds``, each fine-tuned then scored on dev and test, as
+  :func:`tasks.downstream.finetune.run_seed` does): ``seeds_in_turn`` in this process with all its
+  threads (``finetune.seed_workers: 1``) next to ``seeds_side_by_side``, one forked single-thread
+  process per seed (:func:`tasks.training.seeds.map_seeds`); tokens/s over all seeds, model loading
+  and evaluation included.
 
 Writes ``benchmarks/results/finetune_step.json``::
 
@@ -26,6 +31,7 @@ import math
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -35,7 +41,8 @@ from tasks.core import paths
 from tasks.core.model_dir import load_model, load_tokenizer
 from tasks.core.params import load_params
 from tasks.downstream.families import FAMILIES, load_task_data
-from tasks.downstream.finetune import fit_seed
+from tasks.downstream.finetune import fit_seed, run_seed
+from tasks.training.seeds import map_seeds
 
 sys.path.insert(0, str(Path(__file__).parent))
 from gpu_check import _Indices  # noqa: E402  (benchmarks/gpu_check.py)
@@ -69,6 +76,18 @@ def run_trainer(family, model_dir, labels, data, training, seed) -> float:
         return time.perf_counter() - t0
 
 
+def run_seeds(family, model_dir, labels, data, tables, training, metrics, seeds, workers) -> float:
+    """Wall seconds of the stage's seeds: in turn here (``workers`` 1) or side by side."""
+    seed_run = partial(run_seed, family, model_dir, labels, data, tables, training, metrics, device=torch.device("cpu"))
+    t0 = time.perf_counter()
+    if workers == 1:  # what map_seeds does in turn, without its Prefect task runs
+        for seed in seeds:
+            seed_run(seed, log=lambda _: None)
+    else:
+        map_seeds(seed_run, seeds, workers, torch.device("cpu"), "finetune")
+    return time.perf_counter() - t0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="mlm", help="a pipeline model, models/<model>")
@@ -81,25 +100,35 @@ def main(argv: list[str] | None = None) -> int:
         sys.exit(f"{model_dir} or the {args.task} data are missing: run `dvc repro finetune` (or `make repro`) first")
     spec = params.task(args.task)
     family, training = FAMILIES[spec.family], params.finetune.for_task(spec)
-    _, labels, data = load_task_data(args.task, family, ("train",), load_tokenizer(model_dir), training)
-    train = data["train"]
+    tables, labels, data = load_task_data(args.task, family, ("train", "dev", "test"), load_tokenizer(model_dir),
+                                          training)
+    train, seeds = data["train"], params.finetune.seeds
     tokens = float(train.lengths.sum()) * training.epochs  # non-padding tokens trained on
-    seed = params.finetune.seeds[0]
-    best = {"pipeline": float("inf"), "hf_trainer": float("inf")}
+    seed = seeds[0]
+    best = dict.fromkeys(["pipeline", "hf_trainer", "seeds_in_turn", "seeds_side_by_side"], float("inf"))
     for _ in range(args.rounds):
         best["pipeline"] = min(best["pipeline"], run_pipeline(family, model_dir, labels, train, training, seed))
         best["hf_trainer"] = min(best["hf_trainer"], run_trainer(family, model_dir, labels, train, training, seed))
-    figures = {side: {"wall_sec": round(s, 2), "tokens_per_sec": round(tokens / s, 1),
-                      "examples_per_sec": round(len(train) * training.epochs / s, 1)} for side, s in best.items()}
+        for side, workers in (("seeds_in_turn", 1), ("seeds_side_by_side", len(seeds))):
+            best[side] = min(best[side], run_seeds(family, model_dir, labels, data, tables, training, spec.metrics,
+                                                   seeds, workers))
+    runs = {side: len(seeds) if side.startswith("seeds") else 1 for side in best}
+    figures = {side: {"wall_sec": round(s, 2), "tokens_per_sec": round(runs[side] * tokens / s, 1),
+                      "examples_per_sec": round(runs[side] * len(train) * training.epochs / s, 1)}
+               for side, s in best.items()}
     ratio = best["hf_trainer"] / best["pipeline"]
+    seeds_ratio = best["seeds_in_turn"] / best["seeds_side_by_side"]
     print(f"finetune_step: {args.model} on {args.task} ({len(train):,} examples x {training.epochs} epochs, "
           f"batch {training.batch_size}, {tokens:,.0f} tokens)")
     for side, f in figures.items():
-        print(f"{side:>12} {f['tokens_per_sec']:>10,.0f} tokens/s {f['wall_sec']:>8.1f} s")
+        print(f"{side:>18} {f['tokens_per_sec']:>10,.0f} tokens/s {f['wall_sec']:>8.1f} s")
     print(f"pipeline / Trainer tokens/s: x{ratio:.2f}  (target >= 2)")
+    print(f"{len(seeds)} seeds side by side / in turn (with evaluation): x{seeds_ratio:.2f}")
     write_results("finetune_step", {"model": args.model, "task": args.task, "epochs": training.epochs,
-                                    "batch_size": training.batch_size, "examples": len(train), "rounds": args.rounds},
-                  {**figures, "speedup_vs_hf_trainer": round(ratio, 2)})
+                                    "batch_size": training.batch_size, "examples": len(train), "seeds": seeds,
+                                    "rounds": args.rounds},
+                  {**figures, "speedup_vs_hf_trainer": round(ratio, 2),
+                   "seeds_side_by_side_vs_in_turn": round(seeds_ratio, 2)})
     return 0
 
 
