@@ -21,7 +21,7 @@ from tasks.core.metrics import FinetuneMetrics, write_metrics
 from tasks.core.model_dir import check_weights, load_tokenizer
 from tasks.core.params import load_params
 from tasks.downstream.families import FAMILIES, load_task_data
-from tasks.downstream.finetune import run_seed, model_file, save_finetuned, summarize, write_predictions
+from tasks.downstream.finetune import model_file, run_seed, save_finetuned, summarize, write_predictions
 from tasks.training.distributed import join_process_group, run_training_stage
 from tasks.training.seeds import map_seeds
 

@@ -291,7 +291,7 @@ def run_shards(step: ShardedStep, source: str | os.PathLike, output: str | os.Pa
     shards = math.ceil(total / rows)
     pending = [i for i in range(shards) if not _done(work, i)]
     run_logger().info(f"{step.name}: {shards} shards of {rows} rows, {shards - len(pending)} done by an earlier run, "
-                f"{len(pending)} to run on {executor.address or f'{executor.kind} x{executor.workers}'} ({work})")
+                      f"{len(pending)} to run on {executor.address or f'{executor.kind} x{executor.workers}'} ({work})")
     map_tasks(step.name, _process_shard_args, [(step, source, rows, index, work) for index in pending], executor,
               indices=pending)
     return ShardRun(work=work, shards=shards, processed=len(pending))

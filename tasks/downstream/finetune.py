@@ -130,8 +130,8 @@ def fine_tune(family, model_dir, labels, data: Batches, training, seed: int,
 
 
 def run_seed(family, model_dir, labels, data: dict, tables: dict, training, metrics: list[str], seed: int,
-                  device: torch.device, log: Callable[[str], None] = print,
-                  ranks: Ranks = Ranks()) -> tuple[dict, dict, torch.nn.Module] | None:
+             device: torch.device, log: Callable[[str], None] = print,
+             ranks: Ranks = Ranks()) -> tuple[dict, dict, torch.nn.Module] | None:
     """One seed of ``finetune`` (run by :func:`tasks.training.seeds.map_seeds`): :func:`fit_seed` on
     ``data['train']``, then scores and predictions on dev and test (``({"seed", "train", "dev",
     "test"}, {split: predictions}, model)``; under DDP, rank 0 evaluates and the other ranks return None)."""

@@ -103,8 +103,8 @@ class Finetune(Training):
     tasks: list[str] = Field(min_length=1)
     seeds: list[NonNegativeInt] = Field(min_length=1)
     seed_workers: PositiveInt = Field(
-        1, description="CPU processes that fine-tune the seeds side by side, one intra-op thread each; "
-                       "1: the seeds in turn in the stage's process, with all its threads")
+        1, description="CPU processes that run the seeds of finetune, distill and prune side by side, one "
+                       "intra-op thread each; 1: the seeds in turn in the stage's process, with all its threads")
     device: str
 
     def for_task(self, task: DownstreamTask) -> Training:
