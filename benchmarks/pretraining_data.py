@@ -212,7 +212,7 @@ def main() -> None:
         tracemalloc.stop()
         rnd = random.Random(0)
         naive = best_time(lambda: [naive_mask(i, w, x, config, rnd, lexicon, rand_list, tokenizer.mask_token_id)
-                                   for i, w, x in rows_py], 1)
+                                   for i, w, x in rows_py], args.repeats)
         n = len(take)
         print(f"{name:>10} {row_chars / ours:>17,.0f} {n / ours:>11,.0f} {peak / 2**20:>9.1f} "
               f"{row_chars / naive:>14,.0f} {n / naive:>11,.0f} {naive / ours:>8.1f}x")

@@ -389,21 +389,86 @@ def test_ablation_shares(batch, shares, expected):
     assert (out.input_ids[out.chosen] == MASK).sum() == out.counts["mask"]
 
 
-@pytest.mark.parametrize("scheme", ["mlm", "wwm", "ngram"])
-def test_visit_window_never_changes_the_choice(batch, scheme, monkeypatch):
-    """The visit order is computed for VISIT_WINDOW visits, then in full for the rows still
-    choosing: a window of 1 (every row falls back) and one wider than any row choose alike."""
+def reference_selection(words, budget, seed, scheme, ngram_probs=(0.4, 0.3, 0.2, 0.1)):
+    """The selection rules one row at a time in plain Python, from the draws select_units and
+    select_ngrams make (N x W priorities, then for N-grams N x W span draws): visit the present
+    words by increasing priority (ties by index); WWM takes a word if it fits the budget left;
+    N-gram draws a span length over the lengths that fit the row, shortens it to fit, and takes it
+    unless a word of it is taken."""
+    rng = np.random.default_rng(seed)
+    n_words = words.max(axis=1) + 1
+    width = int(n_words.max())
+    priority = rng.random((len(words), width))
+    draws = rng.random((len(words), width)) if scheme == "ngram" else None
+    cdf = np.cumsum(ngram_probs)
+    chosen = np.zeros(words.shape, dtype=bool)
+    for r in range(len(words)):
+        size = [int((words[r] == w).sum()) for w in range(n_words[r])]
+        taken, total = set(), 0
+        visits = sorted(range(n_words[r]), key=lambda w: (priority[r, w], w))
+        for j, start in enumerate(visits):
+            if total >= budget[r]:
+                break
+            if scheme == "wwm":
+                span = [start] if total + size[start] <= budget[r] else []
+            else:
+                room = min(len(ngram_probs), n_words[r] - start)
+                n = min(int(np.searchsorted(cdf, draws[r, j] * cdf[room - 1], side="right")) + 1, room)
+                while n and total + sum(size[start:start + n]) > budget[r]:
+                    n -= 1
+                span = [] if taken & set(range(start, start + n)) else list(range(start, start + n))
+            taken |= set(span)
+            total += sum(size[w] for w in span)
+        chosen[r] = np.isin(words[r], list(taken)) & (words[r] >= 0)
+    return chosen
+
+
+@pytest.mark.parametrize("scheme", ["wwm", "ngram"])
+def test_selection_matches_the_rules_row_by_row(batch, scheme):
+    """The vectorised selection (integer-key visit order, prefix then gap-filling for WWM, the
+    visit loop over rows for N-grams) chooses what the rules choose, one row at a time."""
+    _, words = batch
+    words = words[:400]
+    budget = prediction_budget((words >= 0).sum(axis=1), 0.15, 20)
+    if scheme == "wwm":
+        fast = select_units(words, budget, np.random.default_rng(3))
+    else:
+        fast, _ = select_ngrams(words, budget, np.random.default_rng(3))
+    np.testing.assert_array_equal(fast, reference_selection(words, budget, 3, scheme))
+
+
+@pytest.mark.parametrize("block", [1, 7, 10_000])
+@pytest.mark.parametrize("objective", [{"scheme": "mlm"}, {"scheme": "wwm"}, {"scheme": "ngram"},
+                                       {"scheme": "ngram", "mask": 0.0, "random": 0.0, "permute": 0.9}])
+def test_row_blocks_never_change_the_batch(batch, objective, block, monkeypatch):
+    """Selection runs block by block over rows, each block drawing its rows' priorities in turn:
+    any block size gives the batch of one block."""
     from tasks.pretraining import masking
 
     ids, words = batch
-    ids, words = ids[:1500], words[:1500]
-    choices = []
-    for window in (1, 3, 10_000):
-        monkeypatch.setattr(masking, "VISIT_WINDOW", window)
-        choices.append(run(scheme, ids, words, seed=5).chosen)
-    assert choices[0].any()
-    for other in choices[1:]:
-        np.testing.assert_array_equal(choices[0], other)
+    ids, words = ids[:700], words[:700]
+    monkeypatch.setattr(masking, "ROW_BLOCK", 10_000)
+    whole = run(ids=ids, words=words, seed=5, **objective)
+    monkeypatch.setattr(masking, "ROW_BLOCK", block)
+    blocked = run(ids=ids, words=words, seed=5, **objective)
+    assert whole.chosen.any()
+    for name in ("input_ids", "chosen", "labels"):
+        np.testing.assert_array_equal(getattr(blocked, name), getattr(whole, name))
+
+
+@pytest.mark.parametrize("width", [1, 5, 300, 700])
+def test_uniform_keys_sort_as_a_stable_argsort(width):
+    """Integer keys of random() draws order columns as a stable argsort does, ties and the
+    absent units' 2.0 included; beyond 512 columns they come from the argsort itself."""
+    from tasks.pretraining.masking import _uniform_keys
+
+    rng = np.random.default_rng(width)
+    values = rng.random((50, width))
+    values[:, ::3] = values[:, :1]  # ties
+    values[rng.random(values.shape) < 0.2] = 2.0
+    keys, bits = _uniform_keys(values)
+    np.testing.assert_array_equal(np.sort(keys, axis=1) & ((1 << bits) - 1),
+                                  np.argsort(values, axis=1, kind="stable"))
 
 
 def test_shuffle_within_rows_is_lexsort():

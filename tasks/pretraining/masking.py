@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 
@@ -117,41 +118,72 @@ def prediction_budget(n_maskable: np.ndarray, masked_lm_prob: float, max_predict
     return np.where(n > 0, np.minimum(budget, n), 0)
 
 
-def _unit_lengths(unit_ids: np.ndarray) -> np.ndarray:
-    """``int64 [N, U]`` tokens per unit (0 for absent units)."""
-    n_rows = unit_ids.shape[0]
-    n_units = int(unit_ids.max(initial=-1)) + 1
-    maskable = unit_ids >= 0
-    rows = np.broadcast_to(np.arange(n_rows)[:, None], unit_ids.shape)
-    flat = rows[maskable] * n_units + unit_ids[maskable]
-    return np.bincount(flat, minlength=n_rows * n_units).reshape(n_rows, n_units)
+def _unit_lengths(unit_ids: np.ndarray, n_units: int) -> np.ndarray:
+    """``int64 [N, n_units]`` tokens per unit (0 for absent units)."""
+    # one bincount over (row, unit + 1): column 0 counts the unchosen tokens (-1), then is dropped
+    n_rows, width = unit_ids.shape[0], n_units + 1
+    flat = unit_ids + np.arange(1, n_rows * width, width)[:, None]
+    return np.bincount(flat.reshape(-1), minlength=n_rows * width).reshape(n_rows, width)[:, 1:]
 
 
-def _visit_priorities(lengths: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """``float64 [N, U]``: each row visits its present units in increasing priority (a uniformly
-    random order); absent units get 2.0, after every present one."""
-    priority = rng.random(lengths.shape)
+def _count_at_most(edges: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """``np.searchsorted(edges, values, side="right")`` (``int64``, the shape of ``values``) for a
+    handful of sorted ``edges``: one comparison per edge, about 10x faster at these sizes."""
+    count = np.zeros(values.shape, dtype=np.int64)
+    for edge in edges:
+        count += values >= edge
+    return count
+
+
+def _absent_last(priority: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """``priority`` (``float64 [N, U]`` uniform draws, one per unit) with absent units (length 0)
+    set to 2.0, visited after every present one: each row then visits its present units in a
+    uniformly random order, by increasing priority."""
     priority[lengths == 0] = 2.0
     return priority
 
 
-# Visits whose order is computed up front (_visit_order); a row still choosing after them gets
-# its full order. Rows reach their budget (<= max_predictions tokens) within a few visits.
-VISIT_WINDOW = 32
+# Rows per block: what follows the random draws runs block by block, so that its temporaries stay
+# in cache and reuse memory instead of faulting in fresh pages; rows are independent, so the
+# result is the same for any block size.
+ROW_BLOCK = 1024
 
 
-def _visit_order(priority: np.ndarray, width: int) -> np.ndarray:
-    """``int64 [N, width]``: the first ``width`` columns of each row's stable argsort.
+def _by_row_blocks(fn, *arrays: np.ndarray):
+    """``fn(*arrays)`` computed on blocks of ``ROW_BLOCK`` rows and concatenated (``fn`` returns one
+    array or a tuple of arrays)."""
+    parts = [fn(*(a[s:s + ROW_BLOCK] for a in arrays)) for s in range(0, len(arrays[0]), ROW_BLOCK)]
+    if isinstance(parts[0], tuple):
+        return tuple(np.concatenate(p) for p in zip(*parts))
+    return np.concatenate(parts)
 
-    A partition, then a sort of ``width`` columns instead of all ``U``. Equal to the
-    full sort on present units, which never tie (distinct uniform doubles); absent
-    units (all 2.0) may come in another order, and they are never chosen.
+
+def _uniform_keys(uniform: np.ndarray) -> tuple[np.ndarray, int]:
+    """Integer sort keys for the rows of ``uniform`` (``float64 [N, W]`` draws of NumPy's
+    ``Generator.random()``; values from 1.0 up, such as absent units' 2.0, rank after every draw).
+
+    Returns ``(keys, bits)``: ``keys`` ``int64 [N, W]`` distinct within a row, in the order a
+    stable argsort gives the columns, with a column's index in the low ``bits`` bits, so that
+    ``np.sort(keys) & (2**bits - 1)`` is that argsort, several times faster. The keys are
+    ``uniform * 2**53 << bits | column``, exact because ``random()`` draws are multiples of
+    2**-53; rows of more than 512 columns (the keys would overflow) are ranked by the argsort.
     """
-    if width >= priority.shape[1]:
-        return np.argsort(priority, axis=1, kind="stable")
-    first = np.argpartition(priority, width - 1, axis=1)[:, :width]
-    by_priority = np.argsort(np.take_along_axis(priority, first, axis=1), axis=1, kind="stable")
-    return np.take_along_axis(first, by_priority, axis=1)
+    width = uniform.shape[1]
+    bits = max(width - 1, 1).bit_length()
+    columns = np.arange(width)
+    if bits <= 9:
+        keys = (np.minimum(uniform, 1.0) * 2.0**53).astype(np.int64) << bits
+    else:
+        keys = np.empty(uniform.shape, dtype=np.int64)
+        np.put_along_axis(keys, np.argsort(uniform, axis=1, kind="stable"), columns << bits, axis=1)
+    keys |= columns
+    return keys, bits
+
+
+def _visit_order(priority: np.ndarray) -> np.ndarray:
+    """``int64 [N, U]``: each row's units in visit order, by increasing priority (ties by index)."""
+    keys, bits = _uniform_keys(priority)
+    return np.sort(keys, axis=1) & ((1 << bits) - 1)
 
 
 def _tokens_of_units(unit_ids: np.ndarray, unit_chosen: np.ndarray) -> np.ndarray:
@@ -163,7 +195,7 @@ def _tokens_of_units(unit_ids: np.ndarray, unit_chosen: np.ndarray) -> np.ndarra
 
 def _first_visited(priority: np.ndarray, budget: np.ndarray) -> np.ndarray:
     """``bool [N, U]``: the ``budget`` units each row visits first (``priority``: ``float64 [N, U]``
-    from :func:`_visit_priorities`; ``budget``: ``int64 [N]``).
+    from :func:`_absent_last`; ``budget``: ``int64 [N]``).
 
     They are the units whose priority is at most the row's ``budget``-th smallest: one sort of
     the values, several times cheaper than ordering the indices. A row where that threshold is
@@ -198,9 +230,13 @@ def select_tokens(maskable: np.ndarray, budget: np.ndarray, rng: np.random.Gener
     if not columns.size:
         return chosen
     n_units = int(columns[-1]) + 1
-    priority = rng.random((len(maskable), n_units))
-    priority[~maskable[:, :n_units]] = 2.0
-    chosen[:, :n_units] = _first_visited(priority, np.asarray(budget, dtype=np.int64))
+
+    def block(maskable: np.ndarray, budget: np.ndarray) -> np.ndarray:
+        priority = rng.random((len(maskable), n_units))  # blocks in turn: the draws of one call
+        priority[~maskable[:, :n_units]] = 2.0
+        return _first_visited(priority, budget)
+
+    chosen[:, :n_units] = _by_row_blocks(block, maskable, np.asarray(budget, dtype=np.int64))
     return chosen & maskable
 
 
@@ -213,8 +249,9 @@ def select_units(unit_ids: np.ndarray, budget: np.ndarray, rng: np.random.Genera
     a unit and never exceeds the budget (BERT's ``create_masked_lm_predictions``:
     ``if len(masked_lms) + len(index_set) > num_to_predict: continue``).
 
-    The loop runs over visits, vectorised over rows, and only over the rows still
-    choosing.
+    Vectorised over rows: every unit visited before the first that overflows the budget is
+    taken (a cumulative sum in visit order), then the loop fills each row's gap with the next
+    units that fit, at most (longest unit - 1) rounds.
 
     Args:
         unit_ids: ``int [N, L]`` dense unit index per token (0..U-1 per row), -1 = never chosen.
@@ -223,33 +260,46 @@ def select_units(unit_ids: np.ndarray, budget: np.ndarray, rng: np.random.Genera
     Returns:
         ``bool [N, L]``: the chosen tokens.
     """
-    n_rows = unit_ids.shape[0]
-    lengths = _unit_lengths(unit_ids)
-    n_units = lengths.shape[1]
+    n_units = int(unit_ids.max(initial=-1)) + 1
     if n_units == 0:
         return np.zeros(unit_ids.shape, dtype=bool)
-    priority = _visit_priorities(lengths, rng)
-    budget = np.asarray(budget, dtype=np.int64)
+    # blocks in turn, each drawing its rows' priorities: the same draws as one call for all rows
+    return _by_row_blocks(lambda ids, b: _choose_units(ids, b, rng.random((len(ids), n_units))),
+                          unit_ids, np.asarray(budget, dtype=np.int64))
+
+
+def _choose_units(unit_ids: np.ndarray, budget: np.ndarray, priority: np.ndarray) -> np.ndarray:
+    """:func:`select_units` on a block of rows, given their draws (``priority``, ``[N, U]``)."""
+    lengths = _unit_lengths(unit_ids, priority.shape[1])
+    priority = _absent_last(priority, lengths)
     if lengths.max() <= 1:  # single-token units: the first `budget` in random order
         return _tokens_of_units(unit_ids, _first_visited(priority, budget))
-    chosen = np.zeros((n_rows, n_units), dtype=bool)
-    n_present = (lengths > 0).sum(axis=1)
-    total = np.zeros(n_rows, dtype=np.int64)
-    rows = np.flatnonzero(budget > 0)  # the rows still choosing
-    width = min(n_units, VISIT_WINDOW)
-    order = _visit_order(priority[rows], width)
-    for j in range(n_units):
-        if not rows.size:
-            break
-        if j == width:
-            order, width = _visit_order(priority[rows], n_units), n_units
-        unit = order[:, j]  # a present unit: rows whose present units are all visited are gone
-        length = lengths[rows, unit]
-        take = total[rows] + length <= budget[rows]
-        chosen[rows[take], unit[take]] = True
-        total[rows[take]] += length[take]
-        going = (total[rows] < budget[rows]) & (n_present[rows] > j + 1)
-        rows, order = rows[going], order[going]
+    keys, bits = _uniform_keys(priority)
+    visits = np.sort(keys, axis=1)
+    order = visits & ((1 << bits) - 1)
+    visited = np.take_along_axis(lengths, order, axis=1)  # [N, U] unit lengths in visit order
+    n_present = np.count_nonzero(lengths, axis=1)  # absent units (length 0) are visited last
+    # Every unit visited before the first that would overflow the budget is taken.
+    cum = np.cumsum(visited, axis=1)
+    taken = np.minimum((cum <= budget[:, None]).sum(axis=1), n_present)
+    last = taken - 1
+    rows = np.arange(len(budget))
+    total = np.where(taken > 0, cum[rows, last], 0)
+    chosen = keys <= np.where(taken > 0, visits[rows, last], 0)[:, None]  # the first `taken` visits
+    chosen[taken == 0] = False
+    # Then, in turn, the next unit that fits in the gap left; each take shrinks the gap.
+    columns = np.arange(visited.shape[1])
+    rows = np.flatnonzero((total < budget) & (taken < n_present))
+    while rows.size:
+        fits = ((visited[rows] <= (budget[rows] - total[rows])[:, None]) & (columns > last[rows, None])
+                & (columns < n_present[rows, None]))
+        j = fits.argmax(axis=1)
+        found = fits[np.arange(len(rows)), j]
+        rows, j = rows[found], j[found]
+        chosen[rows, order[rows, j]] = True
+        total[rows] += visited[rows, j]
+        last[rows] = j
+        rows = rows[total[rows] < budget[rows]]
     return _tokens_of_units(unit_ids, chosen)
 
 
@@ -279,38 +329,30 @@ def select_ngrams(word_ids: np.ndarray, budget: np.ndarray, rng: np.random.Gener
         the length in words of every span taken (for statistics and tests).
     """
     n_rows = word_ids.shape[0]
-    lengths = _unit_lengths(word_ids)
-    n_words_max = lengths.shape[1]
+    n_words_max = int(word_ids.max(initial=-1)) + 1
     if n_words_max == 0:
         return np.zeros(word_ids.shape, dtype=bool), np.zeros(0, dtype=np.int64)
     k = len(ngram_probs)
     cdf = np.cumsum(ngram_probs)
-    n_words = (lengths > 0).sum(axis=1)
-    # cum[r, w] = tokens of words 0..w-1; padded so that s + n never reads past the end
-    cum = np.zeros((n_rows, n_words_max + k + 1), dtype=np.int64)
-    cum[:, 1:n_words_max + 1] = np.cumsum(lengths, axis=1)
-    cum[:, n_words_max + 1:] = cum[:, n_words_max:n_words_max + 1]
-    priority = _visit_priorities(lengths, rng)
+    priority = rng.random((n_rows, n_words_max))
     draws = rng.random((n_rows, n_words_max))
+    order, cum, n_words = _by_row_blocks(partial(_ngram_visits, k=k), word_ids, priority)
+    order, cum_flat = order.reshape(-1), cum.reshape(-1)
     budget = np.asarray(budget, dtype=np.int64)
     covered = np.zeros((n_rows, n_words_max + k), dtype=bool)
     total = np.zeros(n_rows, dtype=np.int64)
     spans = []
     span_range = np.arange(1, k + 1)
     rows = np.flatnonzero(budget > 0)  # the rows still choosing
-    width = min(n_words_max, VISIT_WINDOW)
-    order = _visit_order(priority[rows], width)
     for j in range(n_words_max):
         if not rows.size:
             break
-        if j == width:
-            order, width = _visit_order(priority[rows], n_words_max), n_words_max
-        start = order[:, j]  # a present word: rows whose words are all visited are gone
+        start = order[rows * n_words_max + j]  # a present word: rows whose words are all visited are gone
         room = np.clip(n_words[rows] - start, 1, k)  # longest span that stays inside the row
-        n = np.minimum(np.searchsorted(cdf, draws[rows, j] * cdf[room - 1], side="right") + 1, room)
+        n = np.minimum(_count_at_most(cdf, draws[rows, j] * cdf[room - 1]) + 1, room)
         # tokens of spans of 1..k words from `start`; nondecreasing in the span, so what fits is a prefix
         at = (rows * cum.shape[1] + start)[:, None]  # flat index of cum[rows, start]
-        span_tokens = cum.reshape(-1)[at + span_range] - cum.reshape(-1)[at]
+        span_tokens = cum_flat[at + span_range] - cum_flat[at]
         gap = budget[rows] - total[rows]
         n_fit = ((span_range <= n[:, None]) & (span_tokens <= gap[:, None])).sum(axis=1)
         words = (rows * covered.shape[1] + start)[:, None] + span_range - 1  # flat indices into covered
@@ -320,10 +362,23 @@ def select_ngrams(word_ids: np.ndarray, budget: np.ndarray, rng: np.random.Gener
             covered.reshape(-1)[words[take][in_span[take]]] = True
             total[rows[take]] += span_tokens[take, n_fit[take] - 1]
             spans.append(n_fit[take])
-        going = (total[rows] < budget[rows]) & (n_words[rows] > j + 1)
-        rows, order = rows[going], order[going]
-    chosen = _tokens_of_units(word_ids, covered[:, :n_words_max])
+        rows = rows[(total[rows] < budget[rows]) & (n_words[rows] > j + 1)]
+    chosen = _by_row_blocks(_tokens_of_units, word_ids, covered[:, :n_words_max])
     return chosen, (np.concatenate(spans) if spans else np.zeros(0, dtype=np.int64))
+
+
+def _ngram_visits(word_ids: np.ndarray, priority: np.ndarray, k: int) -> tuple[np.ndarray, ...]:
+    """For :func:`select_ngrams`, on a block of rows given their priorities (``float64 [N, W]``):
+    ``order`` (``[N, W]`` the visit order), ``cum`` (``[N, W + k + 1]``: tokens of words
+    ``0..w-1``, padded so that a span of ``k`` words from any word stays inside) and ``n_words``
+    (``int64 [N]``); ``int16`` for rows of fewer than 32,768 tokens: fewer bytes to concatenate."""
+    small = np.int16 if word_ids.shape[1] < 2**15 else np.int64
+    lengths = _unit_lengths(word_ids, priority.shape[1])
+    order = _visit_order(_absent_last(priority, lengths)).astype(small)
+    cum = np.zeros((len(lengths), lengths.shape[1] + k + 1), dtype=small)
+    np.cumsum(lengths, axis=1, out=cum[:, 1:lengths.shape[1] + 1])
+    cum[:, lengths.shape[1] + 1:] = cum[:, lengths.shape[1]:lengths.shape[1] + 1]
+    return order, cum, np.count_nonzero(lengths, axis=1)
 
 
 def unit_ids_for(scheme: str, word_ids: np.ndarray) -> np.ndarray:
@@ -364,8 +419,8 @@ def _word_occurrences(positions: np.ndarray, unit_ids: np.ndarray) -> tuple[np.n
     units = unit_ids.reshape(-1)[positions]
     new = np.ones(len(positions), dtype=bool)
     new[1:] = (positions[1:] // width != positions[:-1] // width) | (units[1:] != units[:-1])
-    occurrence = np.cumsum(new) - 1
-    return positions[new], np.bincount(occurrence), occurrence
+    starts = np.flatnonzero(new)
+    return positions[starts], np.diff(starts, append=len(positions)), np.cumsum(new) - 1
 
 
 def _similar_replacement(occ_first, occ_len, lex_ids, similar: SimilarWords, rng):
@@ -379,9 +434,9 @@ def _similar_replacement(occ_first, occ_len, lex_ids, similar: SimilarWords, rng
     pick = similar.offsets[safe] + np.minimum((rng.random(len(lex)) * n_cand).astype(np.int64),
                                               np.maximum(n_cand - 1, 0))
     reps = np.where(ok, occ_len, 0)
-    first = np.repeat(similar.starts[np.where(ok, pick, 0)], reps)
-    within = np.arange(reps.sum()) - np.repeat(np.cumsum(reps) - reps, reps)
-    values = similar.tokens[first + within]
+    # token i of the replacements is token (i - the word's first i) of its candidate
+    shift = similar.starts[np.where(ok, pick, 0)] - (np.cumsum(reps) - reps)
+    values = similar.tokens[np.repeat(shift, reps) + np.arange(reps.sum())]
     fallbacks = {
         "similar_fallback_not_in_lexicon": int((~has_entry).sum()),
         "similar_fallback_no_candidate": int((has_entry & (n_cand == 0)).sum()),
@@ -391,14 +446,16 @@ def _similar_replacement(occ_first, occ_len, lex_ids, similar: SimilarWords, rng
 
 
 def _shuffle_within_rows(rows: np.ndarray, keys: np.ndarray) -> np.ndarray:
-    """``np.lexsort((keys, rows))`` for non-decreasing ``rows``: each row's entries ordered by
-    ``keys`` (a random order for uniform keys), sorted as one short row of a padded matrix."""
+    """``np.lexsort((keys, rows))`` for non-decreasing ``rows`` and ``keys`` drawn by
+    ``Generator.random()``: each row's entries in a random order, sorted as one short row of a
+    padded matrix (:func:`_uniform_keys`)."""
     per_row = np.bincount(rows)
     starts = np.cumsum(per_row) - per_row
     slot = np.arange(len(rows)) - starts[rows]
-    padded = np.full((len(per_row), int(per_row.max(initial=0))), np.inf)
+    padded = np.ones((len(per_row), int(per_row.max(initial=1))))  # 1.0: after every draw
     padded[rows, slot] = keys
-    return starts[rows] + np.argsort(padded, axis=1, kind="stable")[rows, slot]
+    sort_keys, bits = _uniform_keys(padded)
+    return starts[rows] + (np.sort(sort_keys, axis=1)[rows, slot] & ((1 << bits) - 1))
 
 
 def corrupt(input_ids: np.ndarray, chosen: np.ndarray, unit_ids: np.ndarray, config: MaskingConfig,
@@ -444,12 +501,12 @@ def corrupt(input_ids: np.ndarray, chosen: np.ndarray, unit_ids: np.ndarray, con
     positions = np.flatnonzero(chosen)
     edges = np.cumsum([config.mask, config.random, config.similar, config.permute])
     if not config.similar:  # 0 mask, 1 random, 2 similar, 3 permute, 4 keep
-        kind = np.searchsorted(edges, rng.random(len(positions)), side="right")
+        kind = _count_at_most(edges, rng.random(len(positions)))
     else:
         if similar is None:
             raise ValueError("similar-word replacement (Mac) needs a SimilarWords lexicon")
         occ_first, occ_len, occurrence = _word_occurrences(positions, unit_ids)
-        word_kind = np.searchsorted(edges, rng.random(len(occ_first)), side="right")
+        word_kind = _count_at_most(edges, rng.random(len(occ_first)))
         to_similar = np.flatnonzero(word_kind == 2)
         ok, values, fallbacks = _similar_replacement(occ_first[to_similar], occ_len[to_similar], lex_ids,
                                                      similar, rng)
@@ -487,7 +544,7 @@ def mask_batch(input_ids: np.ndarray, word_ids: np.ndarray, config: MaskingConfi
         A :class:`MaskedBatch`.
     """
     maskable = word_ids >= 0
-    budget = prediction_budget(maskable.sum(axis=1), config.masked_lm_prob, config.max_predictions)
+    budget = prediction_budget(np.count_nonzero(maskable, axis=1), config.masked_lm_prob, config.max_predictions)
     if config.scheme == "ngram":
         chosen, _ = select_ngrams(word_ids, budget, rng, config.ngram_probs)
     elif config.scheme == "wwm":
