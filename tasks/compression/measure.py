@@ -19,6 +19,9 @@ from prefect import get_run_logger
 from torch import nn
 
 from tasks.compression.distill import LABEL_KEYS
+from tasks.core import paths
+from tasks.core.errors import SourceError
+from tasks.core.metrics import FinetuneMetrics, read_metrics
 from tasks.core.stage import stage_task
 from tasks.downstream.finetune import summarize
 
@@ -69,23 +72,43 @@ def size_of(model: nn.Module, data, device: torch.device, repeats: int) -> dict:
             **speed(model, data, device=device, repeats=repeats)}
 
 
-@stage_task(task_run_name="evaluate-{name}")
-def evaluate_variant(name: str, description: str, models: list[nn.Module], runs: list[dict], family, data: dict,
-                     tables: dict, training, labels, metrics: list[str], device: torch.device,
-                     repeats: int) -> dict:
-    """One row of a compression table: each seed's model (``models``, in the order of ``runs``,
-    which hold ``seed`` and any extra per-seed fields) scored on dev and test as ``finetune``
-    scores, the summary over seeds, and the size and speed of the first model on dev examples.
+def score(model: nn.Module, family, data: dict, tables: dict, training, labels, metrics: list[str],
+          device: torch.device) -> dict[str, dict[str, float]]:
+    """``model``'s ``metrics`` on dev and test, scored as ``finetune`` scores them:
+    ``{"dev": {metric: score}, "test": {...}}``."""
+    return {split: {m: s[m] for m in metrics} for split, s in (
+        (split, family.evaluate(model, data[split], tables[split], training, labels, metrics, device)[0])
+        for split in ("dev", "test"))}
+
+
+def finetuned_runs(name: str, seeds: list[int], metrics: list[str]) -> list[dict]:
+    """The dev and test scores that stage ``finetune@<name>`` recorded for each seed's model
+    (``metrics/finetune/<name>.json``): the uncompressed row reuses them instead of scoring again.
+
+    Raises:
+        SourceError: the file lacks a seed (``finetune.seeds`` changed since it ran: rerun finetune).
+        MetricsError: the file does not match :class:`tasks.core.metrics.FinetuneMetrics`.
+    """
+    path = paths.stage_metrics("finetune", name)
+    by_seed = {run.seed: run for run in read_metrics(path, FinetuneMetrics).runs}
+    missing = [s for s in seeds if s not in by_seed]
+    if missing:
+        raise SourceError(f"{path}: no run of seed(s) {missing}; rerun `dvc repro finetune@{name}`")
+    return [{"seed": s, **{split: {m: getattr(by_seed[s], split)[m] for m in metrics} for split in ("dev", "test")}}
+            for s in seeds]
+
+
+@stage_task(task_run_name="measure-{name}")
+def variant_row(name: str, description: str, runs: list[dict], model: nn.Module, data, metrics: list[str],
+                device: torch.device, repeats: int) -> dict:
+    """One row of a compression table: the seeds' runs (each with ``seed``, ``dev`` and ``test``
+    scores from :func:`score` and any extra per-seed fields), their summary, and the size and
+    speed of ``model`` (the first seed's) on ``data`` (the dev split), measured here.
 
     Returns:
         the fields of :class:`tasks.core.metrics.Variant`.
     """
-    rows = []
-    for model, run in zip(models, runs):
-        scores = {split: family.evaluate(model, data[split], tables[split], training, labels, metrics, device)[0]
-                  for split in ("dev", "test")}
-        rows.append({**run, **{split: {m: s[m] for m in metrics} for split, s in scores.items()}})
-    summary = {split: {m: summarize([r[split][m] for r in rows]) for m in metrics} for split in ("dev", "test")}
+    summary = {split: {m: summarize([r[split][m] for r in runs]) for m in metrics} for split in ("dev", "test")}
     get_run_logger().info(f"{name}: dev {summary['dev'][metrics[0]]} test {summary['test'][metrics[0]]}")
-    return {"name": name, "description": description, "runs": rows, **summary,
-            "size": size_of(models[0], data["dev"], device, repeats)}
+    return {"name": name, "description": description, "runs": runs, **summary,
+            "size": size_of(model, data, device, repeats)}

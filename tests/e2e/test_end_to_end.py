@@ -154,7 +154,8 @@ def test_compression_stages(repo, monkeypatch):
         assert [r["seed"] for r in student["runs"]] == [1, 2]
         assert student["size"]["parameters"] < teacher["size"]["parameters"]
         finetuned = json.loads((repo / "metrics" / "finetune" / f"wwm-{task}.json").read_text())
-        assert teacher["test"] == finetuned["test"]  # the teachers are the models finetune saved
+        # the teachers are the models finetune saved, with the scores finetune recorded
+        assert teacher["test"] == finetuned["test"] and teacher["runs"][0]["dev"] == finetuned["runs"][0]["dev"]
         assert variants["kd"]["runs"][0]["train"]["kd_loss"] > 0
         assert variants["kd_intermediate"]["runs"][0]["train"]["match_loss"] > 0
         prune = json.loads((repo / "metrics" / "prune" / f"wwm-{task}.json").read_text())
