@@ -1,4 +1,5 @@
-"""Size and speed of a task model: what compression buys.
+"""The rows of a compression table: each model's dev and test scores (for the uncompressed
+models, the scores ``finetune`` recorded), size and speed: what compression buys and costs.
 
 Parameters count distinct tensors once; size on disk is the bytes of the model's
 ``model.safetensors`` (fp32, as saved); latency is the median wall time of one forward pass
@@ -76,9 +77,9 @@ def score(model: nn.Module, family, data: dict, tables: dict, training, labels, 
           device: torch.device) -> dict[str, dict[str, float]]:
     """``model``'s ``metrics`` on dev and test, scored as ``finetune`` scores them:
     ``{"dev": {metric: score}, "test": {...}}``."""
-    return {split: {m: s[m] for m in metrics} for split, s in (
-        (split, family.evaluate(model, data[split], tables[split], training, labels, metrics, device)[0])
-        for split in ("dev", "test"))}
+    scores = {split: family.evaluate(model, data[split], tables[split], training, labels, metrics, device)[0]
+              for split in ("dev", "test")}
+    return {split: {m: s[m] for m in metrics} for split, s in scores.items()}
 
 
 def finetuned_runs(name: str, seeds: list[int], metrics: list[str]) -> list[dict]:
