@@ -15,7 +15,7 @@ from prefect import flow
 
 from tasks.compression.distill import (Ensemble, KdConfig, Match, SoftLabels, check_student, student_layer_map,
                                        train_student)
-from tasks.compression.measure import finetuned_runs, score, variant_row
+from tasks.compression.measure import score, variant_row
 from tasks.core import paths
 from tasks.core.errors import ParamsError
 from tasks.core.io import atomic_outputs
@@ -62,8 +62,7 @@ def distill(student_name: str, task_name: str) -> None:
                      metrics=spec.metrics, device=device)
     measured = dict(data=data["dev"], metrics=spec.metrics, device=device, repeats=cfg.latency_repeats)
     rows = [variant_row("teacher", f"{kd.teacher} fine-tuned (finetune)",
-                        finetuned_runs(paths.finetune_name(kd.teacher, task_name), seeds, spec.metrics), teachers[0],
-                        **measured)]
+                        [{"seed": s, **scored(model)} for s, model in zip(seeds, teachers)], teachers[0], **measured)]
     averaged = Ensemble(teachers)
     rows.append(variant_row("teacher_ensemble", "the teachers' logits averaged",
                             [{"seed": seeds[0], **scored(averaged)}], averaged, **measured))

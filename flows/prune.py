@@ -14,7 +14,7 @@ from functools import partial
 
 from prefect import flow
 
-from tasks.compression.measure import finetuned_runs, score, size_of, variant_row
+from tasks.compression.measure import score, size_of, variant_row
 from tasks.compression.prune import Renumbered, prune_copy, prune_vocabulary, save_pruned, used_ids, variants
 from tasks.core import paths
 from tasks.core.errors import ParamsError
@@ -50,8 +50,7 @@ def prune(model_name: str, task_name: str) -> None:
                      metrics=spec.metrics, device=device)
     measured = dict(data=data["dev"], metrics=spec.metrics, device=device, repeats=cfg.latency_repeats)
     rows = [variant_row("unpruned", f"{model_name} fine-tuned (finetune)",
-                        finetuned_runs(paths.finetune_name(model_name, task_name), seeds, spec.metrics), models[0],
-                        **measured)]
+                        [{"seed": s, **scored(model)} for s, model in zip(seeds, models)], models[0], **measured)]
     # vocabulary pruning keeps the tokens of the task's encoded splits: predictions unchanged
     keep = used_ids(list(data.values()), tokenizer.all_special_ids)
     knobs = dict(heads=cfg.prune.heads, ffn=cfg.prune.ffn, examples=cfg.prune.importance_examples,

@@ -395,30 +395,3 @@ def test_token_classification_students_and_gates_run():
     with gates(encoder_of(model), [torch.zeros(4), torch.zeros(4)], None):
         zeroed = model(input_ids=ids, attention_mask=torch.ones_like(ids)).logits
     assert not torch.allclose(zeroed, out.logits)
-
-
-def test_uncompressed_rows_reuse_the_finetune_scores(tmp_path, monkeypatch):
-    """The unpruned and teacher rows take each seed's dev and test scores from the finetune
-    stage's metrics (a real file of this repository) instead of scoring the models again; a seed
-    the file lacks is an error naming the file and the stage to rerun."""
-    import json
-    import shutil
-    from pathlib import Path
-
-    from tasks.compression.measure import finetuned_runs
-    from tasks.core.errors import SourceError
-
-    source = Path(__file__).resolve().parents[1] / "metrics" / "finetune" / "wwm-sentiment.json"
-    (tmp_path / "metrics" / "finetune").mkdir(parents=True)
-    shutil.copy(source, tmp_path / "metrics" / "finetune" / "wwm-sentiment.json")
-    monkeypatch.chdir(tmp_path)
-    recorded = json.loads(source.read_text())["runs"]
-    seeds = [run["seed"] for run in recorded][::-1]
-    runs = finetuned_runs("wwm-sentiment", seeds, ["accuracy"])
-    assert [r["seed"] for r in runs] == seeds
-    by_seed = {r["seed"]: r for r in recorded}
-    for run in runs:
-        assert run["dev"] == {"accuracy": by_seed[run["seed"]]["dev"]["accuracy"]}
-        assert run["test"] == {"accuracy": by_seed[run["seed"]]["test"]["accuracy"]}
-    with pytest.raises(SourceError, match=r"wwm-sentiment\.json: no run of seed\(s\) \[99\].*finetune@wwm-sentiment"):
-        finetuned_runs("wwm-sentiment", seeds + [99], ["accuracy"])

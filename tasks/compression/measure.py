@@ -1,5 +1,5 @@
-"""The rows of a compression table: each model's dev and test scores (for the uncompressed
-models, the scores ``finetune`` recorded), size and speed: what compression buys and costs.
+"""The rows of a compression table: each model's dev and test scores, size and speed: what
+compression buys and costs.
 
 Parameters count distinct tensors once; size on disk is the bytes of the model's
 ``model.safetensors`` (fp32, as saved); latency is the median wall time of one forward pass
@@ -20,9 +20,6 @@ from prefect import get_run_logger
 from torch import nn
 
 from tasks.compression.distill import LABEL_KEYS
-from tasks.core import paths
-from tasks.core.errors import SourceError
-from tasks.core.metrics import FinetuneMetrics, read_metrics
 from tasks.core.stage import stage_task
 from tasks.downstream.finetune import summarize
 
@@ -80,23 +77,6 @@ def score(model: nn.Module, family, data: dict, tables: dict, training, labels, 
     scores = {split: family.evaluate(model, data[split], tables[split], training, labels, metrics, device)[0]
               for split in ("dev", "test")}
     return {split: {m: s[m] for m in metrics} for split, s in scores.items()}
-
-
-def finetuned_runs(name: str, seeds: list[int], metrics: list[str]) -> list[dict]:
-    """The dev and test scores that stage ``finetune@<name>`` recorded for each seed's model
-    (``metrics/finetune/<name>.json``): the uncompressed row reuses them instead of scoring again.
-
-    Raises:
-        SourceError: the file lacks a seed (``finetune.seeds`` changed since it ran: rerun finetune).
-        MetricsError: the file does not match :class:`tasks.core.metrics.FinetuneMetrics`.
-    """
-    path = paths.stage_metrics("finetune", name)
-    by_seed = {run.seed: run for run in read_metrics(path, FinetuneMetrics).runs}
-    missing = [s for s in seeds if s not in by_seed]
-    if missing:
-        raise SourceError(f"{path}: no run of seed(s) {missing}; rerun `dvc repro finetune@{name}`")
-    return [{"seed": s, **{split: {m: getattr(by_seed[s], split)[m] for m in metrics} for split in ("dev", "test")}}
-            for s in seeds]
 
 
 @stage_task(task_run_name="measure-{name}")
