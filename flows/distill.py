@@ -9,13 +9,12 @@ student's intermediate matches, and distilled from all teachers at once (multi-t
 
 import sys
 import time
-from functools import partial
 
 from prefect import flow
 
 from tasks.compression.distill import (Ensemble, KdConfig, Match, SoftLabels, check_student, student_layer_map,
                                        train_student)
-from tasks.compression.measure import score, variant_row
+from tasks.compression.measure import evaluate_variant
 from tasks.core import paths
 from tasks.core.errors import ParamsError
 from tasks.core.io import atomic_outputs
@@ -58,14 +57,12 @@ def distill(student_name: str, task_name: str) -> None:
     device = resolve_device(params.finetune.device)
     folder = paths.PREDICTIONS / paths.finetune_name(kd.teacher, task_name)
     teachers = [load_finetuned(family, teacher_dir, labels, training, model_file(folder, s)) for s in seeds]
-    scored = partial(score, family=family, data=data, tables=tables, training=training, labels=labels,
-                     metrics=spec.metrics, device=device)
-    measured = dict(data=data["dev"], metrics=spec.metrics, device=device, repeats=cfg.latency_repeats)
-    rows = [variant_row("teacher", f"{kd.teacher} fine-tuned (finetune)",
-                        [{"seed": s, **scored(model)} for s, model in zip(seeds, teachers)], teachers[0], **measured)]
-    averaged = Ensemble(teachers)
-    rows.append(variant_row("teacher_ensemble", "the teachers' logits averaged",
-                            [{"seed": seeds[0], **scored(averaged)}], averaged, **measured))
+    common = dict(family=family, data=data, tables=tables, training=training, labels=labels, metrics=spec.metrics,
+                  device=device, repeats=cfg.latency_repeats)
+    rows = [evaluate_variant("teacher", f"{kd.teacher} fine-tuned (finetune)", teachers,
+                             [{"seed": s} for s in seeds], **common)]
+    rows.append(evaluate_variant("teacher_ensemble", "the teachers' logits averaged", [Ensemble(teachers)],
+                                 [{"seed": seeds[0]}], **common))
     soft = dict(temperature=kd.temperature, temperature_schedule=kd.temperature_schedule,
                 scale_by_t2=kd.scale_by_t2, kd_weight=kd.kd_weight, hard_weight=kd.hard_weight)
     configs = {"labels": KdConfig(), "kd": KdConfig(**soft), "kd_intermediate": KdConfig(**soft, matches=matches),
@@ -85,11 +82,11 @@ def distill(student_name: str, task_name: str) -> None:
             return train_student(family, base, size, layer_map, by, data["train"], labels, training, config,
                                  epochs, lr, seed, device, soft_labels, log)
 
-        # the seeds' students trained side by side (finetune.seed_workers), scored and measured here after
+        # the seeds' students trained side by side (finetune.seed_workers), measured here after
         trained = map_seeds(student, seeds, params.finetune.seed_workers, device, name)
-        rows.append(variant_row(name, VARIANTS[name],
-                                [{"seed": s, "train": summary, **scored(model)} for s, (model, summary) in
-                                 zip(seeds, trained)], trained[0][0], **measured))
+        rows.append(evaluate_variant(name, VARIANTS[name], [model for model, _ in trained],
+                                     [{"seed": s, "train": summary} for s, (_, summary) in zip(seeds, trained)],
+                                     **common))
     settings = {**size.model_dump(exclude={"matches", "layer_map", "init"}), "init": size.init,
                 "layer_map": layer_map or [], **soft, "epochs": epochs, "learning_rate": lr}
     with atomic_outputs(paths.stage_metrics("distill", f"{student_name}-{task_name}")) as (metrics_file,):

@@ -10,11 +10,10 @@ variant is saved under ``results/prune/<model>-<task>/<variant>`` (:func:`tasks.
 import copy
 import sys
 import time
-from functools import partial
 
 from prefect import flow
 
-from tasks.compression.measure import score, size_of, variant_row
+from tasks.compression.measure import evaluate_variant, size_of
 from tasks.compression.prune import Renumbered, prune_copy, prune_vocabulary, save_pruned, used_ids, variants
 from tasks.core import paths
 from tasks.core.errors import ParamsError
@@ -46,11 +45,10 @@ def prune(model_name: str, task_name: str) -> None:
     folder = paths.PREDICTIONS / paths.finetune_name(model_name, task_name)
     models = [load_finetuned(family, model_dir, labels, training, model_file(folder, s)) for s in seeds]
     by_seed = dict(zip(seeds, models))
-    scored = partial(score, family=family, data=data, tables=tables, training=training, labels=labels,
-                     metrics=spec.metrics, device=device)
-    measured = dict(data=data["dev"], metrics=spec.metrics, device=device, repeats=cfg.latency_repeats)
-    rows = [variant_row("unpruned", f"{model_name} fine-tuned (finetune)",
-                        [{"seed": s, **scored(model)} for s, model in zip(seeds, models)], models[0], **measured)]
+    common = dict(family=family, data=data, tables=tables, training=training, labels=labels, metrics=spec.metrics,
+                  device=device, repeats=cfg.latency_repeats)
+    rows = [evaluate_variant("unpruned", f"{model_name} fine-tuned (finetune)", models,
+                             [{"seed": s} for s in seeds], **common)]
     # vocabulary pruning keeps the tokens of the task's encoded splits: predictions unchanged
     keep = used_ids(list(data.values()), tokenizer.all_special_ids)
     knobs = dict(heads=cfg.prune.heads, ffn=cfg.prune.ffn, examples=cfg.prune.importance_examples,
@@ -59,15 +57,13 @@ def prune(model_name: str, task_name: str) -> None:
     with atomic_outputs(out_dir, paths.stage_metrics("prune", paths.finetune_name(model_name, task_name))) as (
             out, metrics_file):
         for variant in variants(cfg.prune.n_iters):
-            # the seeds' fine-tuned models pruned side by side (finetune.seed_workers), scored and measured here
+            # the seeds' fine-tuned models pruned side by side (finetune.seed_workers), measured here after
             pruned = map_seeds(lambda seed, log: prune_copy(by_seed[seed], data["train"], variant, **knobs), seeds,
                                params.finetune.seed_workers, device, variant.name)
-            first = pruned[0][0]
-            row = variant_row(variant.name, variant.description,
-                              [{"seed": s, **shape, **scored(model)} for s, (model, shape) in zip(seeds, pruned)],
-                              first, **measured)
-            save_pruned(first, out / variant.name)
-            small = copy.deepcopy(first)
+            row = evaluate_variant(variant.name, variant.description, [p for p, _ in pruned],
+                                   [{"seed": s, **shape} for s, (_, shape) in zip(seeds, pruned)], **common)
+            save_pruned(pruned[0][0], out / variant.name)
+            small = copy.deepcopy(pruned[0][0])
             new_id = prune_vocabulary(small, keep)
             row.update(vocabulary_pruned=size_of(small, Renumbered(data["dev"], new_id), device, cfg.latency_repeats),
                        kept_tokens=len(keep))

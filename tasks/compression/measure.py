@@ -1,5 +1,4 @@
-"""The rows of a compression table: each model's dev and test scores, size and speed: what
-compression buys and costs.
+"""Size and speed of a task model: what compression buys.
 
 Parameters count distinct tensors once; size on disk is the bytes of the model's
 ``model.safetensors`` (fp32, as saved); latency is the median wall time of one forward pass
@@ -70,26 +69,23 @@ def size_of(model: nn.Module, data, device: torch.device, repeats: int) -> dict:
             **speed(model, data, device=device, repeats=repeats)}
 
 
-def score(model: nn.Module, family, data: dict, tables: dict, training, labels, metrics: list[str],
-          device: torch.device) -> dict[str, dict[str, float]]:
-    """``model``'s ``metrics`` on dev and test, scored as ``finetune`` scores them:
-    ``{"dev": {metric: score}, "test": {...}}``."""
-    scores = {split: family.evaluate(model, data[split], tables[split], training, labels, metrics, device)[0]
-              for split in ("dev", "test")}
-    return {split: {m: s[m] for m in metrics} for split, s in scores.items()}
-
-
-@stage_task(task_run_name="measure-{name}")
-def variant_row(name: str, description: str, runs: list[dict], model: nn.Module, data, metrics: list[str],
-                device: torch.device, repeats: int) -> dict:
-    """One row of a compression table: the seeds' runs (each with ``seed``, ``dev`` and ``test``
-    scores from :func:`score` and any extra per-seed fields), their summary, and the size and
-    speed of ``model`` (the first seed's) on ``data`` (the dev split), measured here.
+@stage_task(task_run_name="evaluate-{name}")
+def evaluate_variant(name: str, description: str, models: list[nn.Module], runs: list[dict], family, data: dict,
+                     tables: dict, training, labels, metrics: list[str], device: torch.device,
+                     repeats: int) -> dict:
+    """One row of a compression table: each seed's model (``models``, in the order of ``runs``,
+    which hold ``seed`` and any extra per-seed fields) scored on dev and test as ``finetune``
+    scores, the summary over seeds, and the size and speed of the first model on dev examples.
 
     Returns:
         the fields of :class:`tasks.core.metrics.Variant`.
     """
-    summary = {split: {m: summarize([r[split][m] for r in runs]) for m in metrics} for split in ("dev", "test")}
+    rows = []
+    for model, run in zip(models, runs):
+        scores = {split: family.evaluate(model, data[split], tables[split], training, labels, metrics, device)[0]
+                  for split in ("dev", "test")}
+        rows.append({**run, **{split: {m: s[m] for m in metrics} for split, s in scores.items()}})
+    summary = {split: {m: summarize([r[split][m] for r in rows]) for m in metrics} for split in ("dev", "test")}
     get_run_logger().info(f"{name}: dev {summary['dev'][metrics[0]]} test {summary['test'][metrics[0]]}")
-    return {"name": name, "description": description, "runs": runs, **summary,
-            "size": size_of(model, data, device, repeats)}
+    return {"name": name, "description": description, "runs": rows, **summary,
+            "size": size_of(models[0], data["dev"], device, repeats)}
