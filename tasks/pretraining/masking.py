@@ -285,8 +285,7 @@ def _choose_units(unit_ids: np.ndarray, budget: np.ndarray, priority: np.ndarray
     last = taken - 1
     rows = np.arange(len(budget))
     total = np.where(taken > 0, cum[rows, last], 0)
-    chosen = keys <= np.where(taken > 0, visits[rows, last], 0)[:, None]  # the first `taken` visits
-    chosen[taken == 0] = False
+    chosen = keys <= np.where(taken > 0, visits[rows, last], -1)[:, None]  # the first `taken` visits
     # Then, in turn, the next unit that fits in the gap left; each take shrinks the gap.
     columns = np.arange(visited.shape[1])
     rows = np.flatnonzero((total < budget) & (taken < n_present))
