@@ -23,6 +23,7 @@ from contextlib import contextmanager
 from typing import Iterator
 
 import tasks  # noqa: F401  (offline defaults for the server process too)
+from tasks.core.forkserver import fork_server
 
 
 def _free_port() -> int:
@@ -77,9 +78,9 @@ def main(argv: list[str]) -> int:
         return 2
     # A terminated wrapper must still stop its server (the `finally` above), not orphan it.
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
-    with prefect_server() as api_url:
+    with prefect_server() as api_url, fork_server({**os.environ, "PREFECT_API_URL": api_url}) as env:
         print(f"Prefect API: {api_url}", file=sys.stderr)
-        child = subprocess.Popen(argv, env={**os.environ, "PREFECT_API_URL": api_url})
+        child = subprocess.Popen(argv, env=env)
         try:
             return child.wait()
         finally:

@@ -5,17 +5,22 @@ import os
 import re
 import shutil
 import subprocess
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import yaml
 
+from tasks.core.forkserver import fork_server
 from tests.conftest import ROOT
 
 
 def run(cmd: list[str], repo: Path, env: dict) -> str:
-    """Run ``cmd`` in ``repo``; its stdout, or a failed assertion with the output's tail."""
+    """Run ``cmd`` in ``repo``; its stdout, or a failed assertion with the output's tail (or with the
+    fork server's note that it declined a stage command)."""
     proc = subprocess.run(cmd, cwd=repo, env=env, capture_output=True, text=True)
     assert proc.returncode == 0, f"{' '.join(cmd)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    assert "fork server:" not in proc.stderr, proc.stderr  # no stage command was declined (see forkserver)
     return proc.stdout
 
 
@@ -34,9 +39,11 @@ def write_params(repo: Path, params: dict) -> None:
     (repo / "params.yaml").write_text(yaml.safe_dump(params, allow_unicode=True), encoding="utf-8")
 
 
-def reproduced(repo: Path, params: dict, prefect_api: str) -> tuple[dict, str]:
+@contextmanager
+def reproduced(repo: Path, params: dict, prefect_api: str) -> Iterator[tuple[dict, str]]:
     """Create ``repo`` (the code, ``dvc.yaml`` and ``params``), run ``dvc repro`` in it under the
-    Prefect server at ``prefect_api``; returns the environment the commands ran with and the output."""
+    Prefect server at ``prefect_api`` and a fork server, as ``make repro`` does; yields the
+    environment the commands ran with (the fork server lives until the ``with`` ends) and the output."""
     for name in ("tasks", "flows"):
         shutil.copytree(ROOT / name, repo / name, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(ROOT / "dvc.yaml", repo)
@@ -44,4 +51,5 @@ def reproduced(repo: Path, params: dict, prefect_api: str) -> tuple[dict, str]:
     env = {**os.environ, "PREFECT_API_URL": prefect_api, "PYTHONPATH": str(repo)}
     for cmd in (["git", "init", "-q"], ["dvc", "init", "-q"], ["dvc", "config", "core.analytics", "false"]):
         run(cmd, repo, env)
-    return env, run(["dvc", "repro"], repo, env)
+    with fork_server(env) as env:
+        yield env, run(["dvc", "repro"], repo, env)

@@ -27,8 +27,8 @@ def repo(tmp_path_factory, prefect_server):
     for analysis in ("ablation", "probe", "scalar_mix"):
         params[analysis]["models"] = ["wwm"]
     repo = tmp_path_factory.mktemp("objectives")
-    env, out = reproduced(repo, params, prefect_server)
-    return repo, env, out
+    with reproduced(repo, params, prefect_server) as (env, out):
+        yield repo, env, out
 
 
 def test_every_objective_is_pretrained_finetuned_and_compared(repo):
