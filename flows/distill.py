@@ -23,7 +23,7 @@ from tasks.core.model_dir import load_model, load_tokenizer
 from tasks.core.params import load_params
 from tasks.core.stage import run_stage
 from tasks.downstream.families import FAMILIES, load_task_data
-from tasks.downstream.finetune import load_finetuned, model_file
+from tasks.downstream.finetune import load_finetuned, model_file, read_scores
 from tasks.training.device import resolve_device
 from tasks.training.seeds import map_seeds
 
@@ -60,7 +60,7 @@ def distill(student_name: str, task_name: str) -> None:
     common = dict(family=family, data=data, tables=tables, training=training, labels=labels, metrics=spec.metrics,
                   device=device, repeats=cfg.latency_repeats)
     rows = [evaluate_variant("teacher", f"{kd.teacher} fine-tuned (finetune)", teachers,
-                             [{"seed": s} for s in seeds], **common)]
+                             read_scores(folder, seeds, spec.metrics), **common)]
     rows.append(evaluate_variant("teacher_ensemble", "the teachers' logits averaged", [Ensemble(teachers)],
                                  [{"seed": seeds[0]}], **common))
     soft = dict(temperature=kd.temperature, temperature_schedule=kd.temperature_schedule,

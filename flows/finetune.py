@@ -1,6 +1,7 @@
 """Stage ``finetune@<model>-<task>``: fine-tune one model on one downstream task with
 several seeds; write per-seed scores, their summary (mean, std, max), the predictions and
-the fine-tuned models (the teachers and pruned models of the compression stages).
+the fine-tuned models (the teachers and pruned models of the compression stages) with their
+scores (``scores.json``, reused by those stages).
 
 ``<model>`` is a folder ``models/<model>`` (a pipeline model, ``random``, or an
 imported hub model); ``<task>`` a task of ``params.yaml``. Each seed fine-tunes
@@ -21,7 +22,8 @@ from tasks.core.metrics import FinetuneMetrics, write_metrics
 from tasks.core.model_dir import check_weights, load_tokenizer
 from tasks.core.params import load_params
 from tasks.downstream.families import FAMILIES, load_task_data
-from tasks.downstream.finetune import model_file, run_seed, save_finetuned, summarize, write_predictions
+from tasks.downstream.finetune import (model_file, run_seed, save_finetuned, summarize, write_predictions,
+                                      write_scores)
 from tasks.training.distributed import join_process_group, run_training_stage
 from tasks.training.seeds import map_seeds
 
@@ -58,6 +60,7 @@ def finetune(model_name: str, task_name: str) -> None:
         write_predictions(out, {seed: preds for seed, (_, preds, _) in zip(cfg.seeds, results)})
         for seed, (_, _, model) in zip(cfg.seeds, results):
             save_finetuned(model, model_file(out, seed))
+        write_scores(out, runs)
         write_metrics(metrics_file, FinetuneMetrics(**metrics))
 
 

@@ -23,7 +23,7 @@ from tasks.core.model_dir import load_tokenizer
 from tasks.core.params import load_params
 from tasks.core.stage import run_stage
 from tasks.downstream.families import FAMILIES, load_task_data
-from tasks.downstream.finetune import load_finetuned, model_file
+from tasks.downstream.finetune import load_finetuned, model_file, read_scores
 from tasks.training.device import resolve_device
 from tasks.training.seeds import map_seeds
 
@@ -48,7 +48,7 @@ def prune(model_name: str, task_name: str) -> None:
     common = dict(family=family, data=data, tables=tables, training=training, labels=labels, metrics=spec.metrics,
                   device=device, repeats=cfg.latency_repeats)
     rows = [evaluate_variant("unpruned", f"{model_name} fine-tuned (finetune)", models,
-                             [{"seed": s} for s in seeds], **common)]
+                             read_scores(folder, seeds, spec.metrics), **common)]
     # vocabulary pruning keeps the tokens of the task's encoded splits: predictions unchanged
     keep = used_ids(list(data.values()), tokenizer.all_special_ids)
     knobs = dict(heads=cfg.prune.heads, ffn=cfg.prune.ffn, examples=cfg.prune.importance_examples,

@@ -11,7 +11,7 @@ from tasks.core.params import DownstreamTask
 from tasks.downstream.classification import (EncodedClassification, classification_metrics, deduplicate,
                                              read_polarity_lines, split_table)
 from tasks.downstream.downstream import prepare_task
-from tasks.downstream.finetune import summarize
+from tasks.downstream.finetune import read_scores, summarize, write_scores
 
 
 def test_dedupe_collapses_duplicates_and_drops_conflicts(tmp_path):
@@ -117,6 +117,24 @@ def test_summarize():
     assert s["mean"] == pytest.approx(0.85) and s["max"] == 0.9 and s["min"] == 0.8 and s["n"] == 3
     assert s["std"] == pytest.approx(0.05)
     assert summarize([0.7])["std"] == 0.0
+
+
+def test_finetune_scores_file_round_trip_and_errors(tmp_path):
+    runs = [{"seed": 2, "dev": {"accuracy": 0.5, "macro_f1": 0.4}, "test": {"accuracy": 0.6, "macro_f1": 0.3},
+             "train": {"wall_sec": 12.3}},
+            {"seed": 1, "dev": {"accuracy": 0.7, "macro_f1": 0.6}, "test": {"accuracy": 0.8, "macro_f1": 0.5},
+             "train": {"wall_sec": 45.6}}]
+    write_scores(tmp_path, runs)
+    assert "wall_sec" not in (tmp_path / "scores.json").read_text()  # no timings: byte-identical across reruns
+    assert read_scores(tmp_path, [1, 2], ["accuracy"]) == [
+        {"seed": 1, "dev": {"accuracy": 0.7}, "test": {"accuracy": 0.8}},
+        {"seed": 2, "dev": {"accuracy": 0.5}, "test": {"accuracy": 0.6}}]
+    with pytest.raises(SourceError, match=r"scores.json: no 3 .*seeds \[1, 3\].*rerun finetune"):
+        read_scores(tmp_path, [1, 3], ["accuracy"])
+    with pytest.raises(SourceError, match="no 'f1'"):
+        read_scores(tmp_path, [1], ["f1"])
+    with pytest.raises(SourceError, match="missing: stage finetune writes it"):
+        read_scores(tmp_path / "absent", [1], ["accuracy"])
 
 
 def _tiny_encoder():

@@ -76,15 +76,19 @@ def evaluate_variant(name: str, description: str, models: list[nn.Module], runs:
     """One row of a compression table: each seed's model (``models``, in the order of ``runs``,
     which hold ``seed`` and any extra per-seed fields) scored on dev and test as ``finetune``
     scores, the summary over seeds, and the size and speed of the first model on dev examples.
+    A run that already holds its ``dev`` and ``test`` scores (finetune's own models, read with
+    :func:`tasks.downstream.finetune.read_scores`) is not scored again.
 
     Returns:
         the fields of :class:`tasks.core.metrics.Variant`.
     """
     rows = []
     for model, run in zip(models, runs):
-        scores = {split: family.evaluate(model, data[split], tables[split], training, labels, metrics, device)[0]
-                  for split in ("dev", "test")}
-        rows.append({**run, **{split: {m: s[m] for m in metrics} for split, s in scores.items()}})
+        if "dev" not in run:
+            scores = {split: family.evaluate(model, data[split], tables[split], training, labels, metrics,
+                                             device)[0] for split in ("dev", "test")}
+            run = {**run, **{split: {m: s[m] for m in metrics} for split, s in scores.items()}}
+        rows.append(run)
     summary = {split: {m: summarize([r[split][m] for r in rows]) for m in metrics} for split in ("dev", "test")}
     get_run_logger().info(f"{name}: dev {summary['dev'][metrics[0]]} test {summary['test'][metrics[0]]}")
     return {"name": name, "description": description, "runs": rows, **summary,

@@ -23,7 +23,7 @@ from prefect import get_run_logger
 from safetensors.torch import load_model as load_safetensors, save_model
 
 from tasks.core.errors import SourceError
-from tasks.core.io import write_json, write_jsonl
+from tasks.core.io import read_json, write_json, write_jsonl
 from tasks.core.model_dir import WEIGHT_ERRORS, load_model
 from tasks.core.stage import stage_task
 from tasks.training.batching import IGNORE_INDEX, BatchSchedule
@@ -154,6 +154,34 @@ def model_file(folder: Path, seed: int) -> Path:
 def save_finetuned(model: torch.nn.Module, file: Path) -> None:
     """The whole task model (encoder and head) as one safetensors file (shared tensors once)."""
     save_model(model, str(file))
+
+
+def write_scores(folder: Path, runs: list[dict]) -> None:
+    """Each seed's dev and test scores (``runs``: :class:`tasks.core.metrics.FinetuneRun` fields)
+    as ``<folder>/scores.json``, beside the models: unlike the stage's metrics it holds no
+    timings, so it is byte-identical whenever the models are, and stages that reuse the scores
+    can depend on it without rerunning each time finetune does."""
+    write_json(folder / "scores.json", {"runs": [{k: run[k] for k in ("seed", "dev", "test")} for run in runs]})
+
+
+def read_scores(folder: Path, seeds: list[int], metrics: list[str]) -> list[dict]:
+    """The ``metrics`` that :func:`write_scores` recorded for ``seeds``, in that order:
+    ``[{"seed": s, "dev": {metric: score}, "test": {...}}]``.
+
+    Raises:
+        SourceError: the file is missing or unreadable, or lacks a seed or a metric (params
+            changed since finetune ran: rerun it).
+    """
+    file = folder / "scores.json"
+    try:
+        by_seed = {run["seed"]: run for run in read_json(file)["runs"]}
+        return [{"seed": s, **{split: {m: by_seed[s][split][m] for m in metrics} for split in ("dev", "test")}}
+                for s in seeds]
+    except FileNotFoundError:
+        raise SourceError(f"{file} is missing: stage finetune writes it (dvc repro finetune)") from None
+    except (ValueError, KeyError, TypeError) as exc:
+        raise SourceError(f"{file}: no {exc} among finetune's scores for seeds {seeds} and metrics {metrics}; "
+                          "rerun finetune (dvc repro finetune)") from None
 
 
 def load_finetuned(family, model_dir: Path, labels, training, file: Path) -> torch.nn.Module:

@@ -146,6 +146,7 @@ def test_compression_stages(repo, monkeypatch):
     from tasks.core.model_dir import load_tokenizer
     from tasks.core.params import load_params
     from tasks.downstream.families import FAMILIES, load_task_data
+    from tasks.downstream.finetune import load_finetuned, model_file, read_scores
 
     repo, _, _ = repo
     for task in COMPRESSED:
@@ -177,6 +178,13 @@ def test_compression_stages(repo, monkeypatch):
     recorded = next(v for v in json.loads((repo / "metrics" / "prune" / "wwm-msra_ner.json").read_text())[
         "variants"] if v["name"] == name)["runs"][0]["dev"]
     assert {m: scores[m] for m in spec.metrics} == recorded
+    # the unpruned and teacher rows reuse finetune's recorded scores: they are what its saved model scores
+    model = load_finetuned(family, repo / "models" / "wwm", labels, training,
+                           model_file(repo / "results" / "finetune" / "wwm-msra_ner", 1))
+    scores, _ = family.evaluate(model, data["dev"], tables["dev"], training, labels, spec.metrics,
+                                torch.device("cpu"))
+    assert read_scores(repo / "results" / "finetune" / "wwm-msra_ner", [1], spec.metrics)[0]["dev"] == \
+        {m: scores[m] for m in spec.metrics}
     assert "| l1: kd |" in (repo / "reports" / "report.md").read_text()
 
 
