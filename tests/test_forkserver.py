@@ -11,7 +11,8 @@ import time
 
 import pytest
 
-from tasks.core.forkserver import ENV, fork_server
+from tasks.core.forkserver import ENV
+from tasks.orchestration.prefect_server import fork_server
 
 STAGE = '''
 import json, os, sys, time
@@ -95,10 +96,7 @@ def test_termination_reaches_the_stage_and_its_status_comes_back(project, server
     child = json.loads(proc.stdout.readline())["pid"]
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=60) == -signal.SIGTERM
-    deadline = time.monotonic() + 30
-    while _alive(child) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not _alive(child)
+    assert _ends(child)
     proc.stdout.close()
     proc.stderr.close()
 
@@ -109,17 +107,20 @@ def test_a_killed_command_takes_its_stage_down(project, server_env):
     child = json.loads(proc.stdout.readline())["pid"]
     proc.kill()  # SIGKILL: nothing is forwarded; the server sees the connection close
     proc.wait(timeout=60)
-    deadline = time.monotonic() + 30
-    while _alive(child) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not _alive(child)
+    assert _ends(child)
     proc.stdout.close()
     proc.stderr.close()
 
 
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(")")[-1].split()[0] != "Z"  # a zombie has ended
-    except FileNotFoundError:
-        return False
+def _ends(pid: int, timeout: float = 30.0) -> bool:
+    """Whether process ``pid`` has ended (gone, or a zombie) within ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().split(")")[-1].split()[0] == "Z":
+                    return True
+        except FileNotFoundError:
+            return True
+        time.sleep(0.1)
+    return False

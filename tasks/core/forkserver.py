@@ -2,7 +2,7 @@
 
 Every stage is its own ``python -m flows.<stage>`` process, and each one spends 2-8 s of its
 life importing torch, transformers and Prefect before it does any work: about 4 minutes of a
-full ``dvc repro``. Under :mod:`tasks.orchestration.prefect_server` (``make repro``), a fork
+full ``dvc repro``. Under ``make repro`` (:mod:`tasks.orchestration.prefect_server`), a fork
 server imports those libraries once; each stage command then connects to it, hands over its
 standard streams, working directory, environment and arguments, and the server forks a child
 that runs the stage's module as ``__main__`` would have. The stage command waits, forwards
@@ -17,14 +17,16 @@ What the child runs is the same as a fresh process would run:
   ``sys.modules`` in the child and imported from the stage's working directory, so DVC's code
   hashes describe the code that runs;
 - the environment is the command's own. A command whose environment differs from the server's
-  in anything but DVC's own variables (``DVC_*``, read by nothing it imports) runs by itself
-  instead, since the preloaded libraries read theirs at import time; so does one with another
-  Python interpreter, or with no server answering;
+  in anything but what DVC and its shell set for each command (``DVC_*``, ``SHLVL``, ``PWD``...:
+  read by nothing preloaded) runs by itself instead, since the preloaded libraries read theirs
+  at import time; so does one with another Python interpreter, or with no server answering;
 - random state: :mod:`random` reseeds itself in a forked child; NumPy's and torch's global
   generators are in their import-time state, as in a fresh process, and every stage seeds its
   own generators anyway.
 
-Set ``ZHPLM_FORKSERVER=0`` to run every stage in a fresh process.
+Set ``ZHPLM_FORKSERVER=0`` to run every stage in a fresh process. (In ``ps``, a forked stage shows
+the server's command line.) :func:`tasks.orchestration.prefect_server.fork_server` starts and
+stops the server.
 """
 
 from __future__ import annotations
@@ -35,12 +37,7 @@ import selectors
 import signal
 import socket
 import struct
-import subprocess
 import sys
-import tempfile
-import time
-from contextlib import contextmanager
-from typing import Iterator
 
 ENV = "ZHPLM_FORKSERVER"  # the server's socket path, in the environment of the commands it serves
 # What stage processes import before they do any work (the project's own modules excluded).
@@ -111,13 +108,14 @@ def delegate() -> None:
     if not path or path == "0" or started is None:
         return
     module, args = started
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         conn.connect(path)
         _send(conn, {"module": module, "args": args, "cwd": os.getcwd(), "env": dict(os.environ),
                      "executable": sys.executable}, fds=[0, 1, 2])
         reply, _ = _recv(conn)
     except OSError:
+        conn.close()
         return
     if "pid" not in reply:  # declined: run here
         conn.close()
@@ -271,37 +269,6 @@ def serve(path: str, preload: tuple[str, ...] = PRELOAD) -> None:
                 os.unlink(path)
             except FileNotFoundError:
                 pass
-
-
-@contextmanager
-def fork_server(env: dict[str, str], preload: tuple[str, ...] = PRELOAD,
-                timeout: float = 60.0) -> Iterator[dict[str, str]]:
-    """Start a fork server for the commands run with the environment this yields (``env`` plus
-    ``$ZHPLM_FORKSERVER``), and stop it on exit. With ``ZHPLM_FORKSERVER`` already set (to
-    ``0`` to switch it off, or to a running server), yields ``env`` unchanged."""
-    if env.get(ENV):
-        yield env
-        return
-    with tempfile.TemporaryDirectory(prefix="zhplm-forkserver-") as folder:
-        env = {**env, ENV: os.path.join(folder, "socket")}
-        server = subprocess.Popen([sys.executable, "-m", __name__, env[ENV], *preload], env=env)
-        try:
-            # the socket is bound before the preload: wait for it, not for the imports
-            deadline = time.monotonic() + timeout
-            while not os.path.exists(env[ENV]) and server.poll() is None and time.monotonic() < deadline:
-                time.sleep(0.02)
-            if not os.path.exists(env[ENV]):
-                print(f"fork server: did not start within {timeout:.0f} s; every stage runs in its own process",
-                      file=sys.stderr)
-                env[ENV] = "0"
-            yield env
-        finally:
-            server.terminate()
-            try:
-                server.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                server.kill()
-                server.wait()
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Run a command against one local Prefect server.
+"""Run a command against one local Prefect server, with a fork server for its stages.
 
 Without ``PREFECT_API_URL`` every Prefect process starts a temporary server of
 its own (10-20 s on 2 cores), which a ``dvc repro`` of a dozen stages pays a
@@ -7,7 +7,9 @@ tasks.orchestration.prefect_server CMD...`` starts ``prefect server start`` once
 local port, runs ``CMD`` with ``PREFECT_API_URL`` pointing at it, and stops the
 server afterwards. Runs are stored in ``$PREFECT_HOME`` (default ``~/.prefect``),
 so ``prefect server start`` later shows them in the UI. When
-``PREFECT_API_URL`` is already set, ``CMD`` simply runs against that server.
+``PREFECT_API_URL`` is already set, ``CMD`` simply runs against that server. A fork server
+(:mod:`tasks.core.forkserver`) runs beside it for the same time, so that stage commands fork
+from a process that imported torch, transformers and Prefect once.
 """
 
 from __future__ import annotations
@@ -17,13 +19,14 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from contextlib import contextmanager
 from typing import Iterator
 
 import tasks  # noqa: F401  (offline defaults for the server process too)
-from tasks.core.forkserver import fork_server
+from tasks.core.forkserver import ENV, PRELOAD
 
 
 def _free_port() -> int:
@@ -64,12 +67,44 @@ def prefect_server(timeout: float = 120.0) -> Iterator[str]:
             time.sleep(0.5)
         yield api_url
     finally:
-        server.terminate()
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            server.kill()
+        _stop(server)
         log.close()
+
+
+@contextmanager
+def fork_server(env: dict[str, str], preload: tuple[str, ...] = PRELOAD,
+                timeout: float = 60.0) -> Iterator[dict[str, str]]:
+    """Start a fork server (:mod:`tasks.core.forkserver`) for the commands run with the
+    environment this yields (``env`` plus ``$ZHPLM_FORKSERVER``, its socket), and stop it on
+    exit. With ``ZHPLM_FORKSERVER`` already set (``0`` switches it off), yields ``env`` unchanged;
+    if the server does not start within ``timeout`` seconds, says so and yields it set to ``0``."""
+    if env.get(ENV):
+        yield env
+        return
+    with tempfile.TemporaryDirectory(prefix="zhplm-forkserver-") as folder:
+        env = {**env, ENV: os.path.join(folder, "socket")}
+        server = subprocess.Popen([sys.executable, "-m", "tasks.core.forkserver", env[ENV], *preload], env=env)
+        try:
+            # the socket is bound before the preload: wait for it, not for the imports
+            deadline = time.monotonic() + timeout
+            while not os.path.exists(env[ENV]) and server.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.02)
+            if not os.path.exists(env[ENV]):
+                print(f"fork server: did not start within {timeout:.0f} s; every stage runs in its own process",
+                      file=sys.stderr)
+                env[ENV] = "0"
+            yield env
+        finally:
+            _stop(server)
+
+
+def _stop(server: subprocess.Popen) -> None:
+    server.terminate()
+    try:
+        server.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        server.kill()
+        server.wait()
 
 
 def main(argv: list[str]) -> int:

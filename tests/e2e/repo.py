@@ -11,7 +11,7 @@ from typing import Iterator
 
 import yaml
 
-from tasks.core.forkserver import fork_server
+from tasks.orchestration.prefect_server import fork_server
 from tests.conftest import ROOT
 
 
