@@ -14,7 +14,8 @@ import time
 from prefect import flow
 
 from tasks.compression.measure import evaluate_variant, size_of
-from tasks.compression.prune import Renumbered, prune_copy, prune_vocabulary, save_pruned, used_ids, variants
+from tasks.compression.prune import (IMPORTANCE, Renumbered, importance, prune_copy, prune_vocabulary, save_pruned,
+                                     used_ids, variants)
 from tasks.core import paths
 from tasks.core.errors import ParamsError
 from tasks.core.io import atomic_outputs
@@ -53,12 +54,19 @@ def prune(model_name: str, task_name: str) -> None:
     keep = used_ids(list(data.values()), tokenizer.all_special_ids)
     knobs = dict(heads=cfg.prune.heads, ffn=cfg.prune.ffn, examples=cfg.prune.importance_examples,
                  batch_size=cfg.prune.importance_batch_size, device=device)
+    # every variant of one importance kind starts from the IS of the unpruned model: computed once
+    first = map_seeds(lambda seed, log: {kind: importance(by_seed[seed], data["train"], kind, examples=knobs["examples"],
+                                                          batch_size=knobs["batch_size"], device=device)
+                                         for kind in IMPORTANCE},
+                      seeds, params.finetune.seed_workers, device, "importance")
+    first = dict(zip(seeds, first))
     out_dir = paths.PRUNED / paths.finetune_name(model_name, task_name)
     with atomic_outputs(out_dir, paths.stage_metrics("prune", paths.finetune_name(model_name, task_name))) as (
             out, metrics_file):
         for variant in variants(cfg.prune.n_iters):
             # the seeds' fine-tuned models pruned side by side (finetune.seed_workers), measured here after
-            pruned = map_seeds(lambda seed, log: prune_copy(by_seed[seed], data["train"], variant, **knobs), seeds,
+            pruned = map_seeds(lambda seed, log: prune_copy(by_seed[seed], data["train"], variant, **knobs,
+                                                            first=first[seed][variant.importance]), seeds,
                                params.finetune.seed_workers, device, variant.name)
             row = evaluate_variant(variant.name, variant.description, [p for p, _ in pruned],
                                    [{"seed": s, **shape} for s, (_, shape) in zip(seeds, pruned)], **common)

@@ -14,7 +14,7 @@ from tasks.compression.distill import (LABEL_KEYS, KdConfig, Match, SoftLabels, 
                                        hidden_mse, kd_loss, layer_map_for, prediction_logits, student_encoder,
                                        student_layer_map, temperature_at)
 from tasks.compression.encoder import encoder_of, gates, heads_of, record_shape, slice_layer
-from tasks.compression.prune import (Renumbered, choose, importance, load_pruned, prune, prune_vocabulary,
+from tasks.compression.prune import (Importance, Renumbered, choose, importance, load_pruned, prune, prune_vocabulary,
                                      save_pruned, used_ids)
 from tasks.core.errors import ParamsError
 from tasks.core.params import Student, load_params
@@ -336,6 +336,23 @@ def test_prune_reaches_the_target(allocation, n_iters):
     if allocation == "homogeneous":
         assert history[-1] == {"heads": [2, 2], "ffn": [12, 12]}
     assert _logits(model, data).shape == (32, 2)
+
+
+def test_prune_from_a_precomputed_first_importance():
+    data, model = Toy(n=32), classifier(6)
+    knobs = dict(heads=2, ffn=12, kind="self_supervised", allocation="uneven", examples=32, batch_size=16,
+                 device=torch.device("cpu"))
+    first = importance(copy.deepcopy(model), data, "self_supervised", examples=32, batch_size=16,
+                       device=torch.device("cpu"))
+    for n_iters in (3, 1):  # the one-shot and the iterative variant share the unpruned model's IS
+        alone, shared = copy.deepcopy(model), copy.deepcopy(model)
+        assert prune(alone, data, n_iters=n_iters, **knobs) == prune(shared, data, n_iters=n_iters, first=first,
+                                                                       **knobs)
+        assert all(torch.equal(a, b) for a, b in zip(alone.state_dict().values(), shared.state_dict().values()))
+    # and it is used: reversed scores keep other structures
+    flipped = copy.deepcopy(model)
+    prune(flipped, data, n_iters=1, first=Importance([-h for h in first.heads], [-f for f in first.ffn]), **knobs)
+    assert not torch.equal(_logits(flipped, data), _logits(shared, data))
 
 
 def test_pruned_models_load(tmp_path):

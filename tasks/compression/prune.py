@@ -127,13 +127,18 @@ def choose(scores: list[np.ndarray], target: int, allocation: str) -> list[np.nd
 
 
 def prune(model: nn.Module, data, *, heads: int, ffn: int, kind: str, allocation: str, n_iters: int,
-          examples: int, batch_size: int, device: torch.device) -> list[dict]:
+          examples: int, batch_size: int, device: torch.device, first: Importance | None = None) -> list[dict]:
     """Prune ``model``'s encoder in place to ``heads`` heads and ``ffn`` FFN neurons per layer on
     average, over ``n_iters`` iterations (1 = one shot), recomputing IS before each.
 
     Iteration ``i`` of ``n`` prunes to ``full − (full − target)·i/n`` (rounded) of each kind, so
     the last reaches the target. Afterwards ``encoder.config`` records the new shape
     (:func:`tasks.compression.encoder.record_shape`).
+
+    Args:
+        first: ``importance(model, data, kind, ...)`` of the unpruned ``model``, when already
+            computed: the first iteration uses it instead of computing it again (every variant
+            of one importance kind starts from the same IS).
 
     Returns:
         per iteration: ``heads`` and ``ffn`` kept per layer.
@@ -143,7 +148,8 @@ def prune(model: nn.Module, data, *, heads: int, ffn: int, kind: str, allocation
     full_heads, full_ffn = max(heads_of(x) for x in layers), max(x.intermediate.dense.out_features for x in layers)
     history = []
     for i in range(1, n_iters + 1):
-        score = importance(model, data, kind, examples=examples, batch_size=batch_size, device=device)
+        score = first if i == 1 and first is not None else importance(
+            model, data, kind, examples=examples, batch_size=batch_size, device=device)
         want_heads = round(full_heads - (full_heads - heads) * i / n_iters)
         want_ffn = round(full_ffn - (full_ffn - ffn) * i / n_iters)
         keep_heads = choose(score.heads, want_heads, allocation)
@@ -179,12 +185,12 @@ def variants(n_iters: int) -> list[PruneVariant]:
 
 
 def prune_copy(model: nn.Module, data, variant: PruneVariant, *, heads: int, ffn: int, examples: int,
-               batch_size: int, device: torch.device) -> tuple[nn.Module, dict]:
-    """A pruned copy of ``model`` (one seed's) by ``variant`` (:func:`prune`); returns it and the
-    heads and FFN neurons it keeps per layer."""
+               batch_size: int, device: torch.device, first: Importance | None = None) -> tuple[nn.Module, dict]:
+    """A pruned copy of ``model`` (one seed's) by ``variant`` (:func:`prune`, ``first`` its IS of
+    ``model``); returns it and the heads and FFN neurons it keeps per layer."""
     pruned = copy.deepcopy(model)
     history = prune(pruned, data, heads=heads, ffn=ffn, kind=variant.importance, allocation=variant.allocation,
-                    n_iters=variant.n_iters, examples=examples, batch_size=batch_size, device=device)
+                    n_iters=variant.n_iters, examples=examples, batch_size=batch_size, device=device, first=first)
     return pruned, history[-1]
 
 
