@@ -42,7 +42,9 @@ def ablation(model_name: str) -> None:
 
     grid = ablation_grid(model, tokenizer.sep_token_id, score, list(cfg.per_head_zones))
     metrics = {"model": model_name, "task": cfg.task, "split": cfg.split, "seed": seed, "layers": grid.pop("layers"),
-               "heads": grid.pop("heads"), "training": training.model_dump(), "train": train, **grid}
+               "heads": grid.pop("heads"), "training": training.model_dump(), **grid}
+    if train is not None:
+        metrics["train"] = train
     metrics["evaluation"]["features"] = len(data[cfg.split])
     get_run_logger().info(f"{model_name}: baseline {metrics['baseline']}, {metrics['evaluation']}")
     with atomic_outputs(paths.stage_metrics("ablation", model_name)) as (out,):

@@ -53,3 +53,13 @@ def test_closure_follows_function_level_and_package_imports(tmp_path):
 def test_bytecode_caches_do_not_change_code_folder_hashes():
     ignored = (ROOT / ".dvcignore").read_text().split()
     assert "__pycache__/" in ignored and "*.pyc" in ignored
+
+
+def test_only_the_report_depends_on_metrics():
+    """Metrics files carry timings (wall seconds, tokens/s), which change on every run: a stage
+    depending on one would rerun after any rerun upstream, even one that gave the same bytes
+    (e.g. in every fresh clone). Results a stage needs come from outputs, which are reproducible."""
+    stages = yaml.safe_load((ROOT / "dvc.yaml").read_text(encoding="utf-8"))["stages"]
+    on_metrics = {name for name, stage in stages.items()
+                  for dep in stage.get("do", stage).get("deps", []) if str(dep).split("/")[0] == "metrics"}
+    assert on_metrics == {"report"}

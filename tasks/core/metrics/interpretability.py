@@ -30,7 +30,9 @@ class AblationMetrics(Metrics):
     layers: int
     heads: int
     training: FinetuneTraining
-    train: FitSummary
+    train: FitSummary = absent()
+    """The fine-tuning summary when this stage trained the model; absent when it read back the
+    model ``finetune`` saved (that run's summary is in ``metrics/finetune/<model>-<task>.json``)."""
     baseline: Scores
     all_layers: dict[str, Scores]
     """Zone -> scores with it blocked in every layer."""
