@@ -7,7 +7,7 @@ import pytest
 
 from tasks.corpus.similar_words import SimilarWords
 from tasks.pretraining.masking import (MaskingConfig, corrupt, mask_batch, prediction_budget, select_ngrams,
-                                       select_tokens, select_units, unit_ids_for)
+                                       select_units, unit_ids_for)
 
 MASK, CLS, SEP = 103, 101, 102
 RANDOM_IDS = np.arange(1000, 21128, dtype=np.int32)
@@ -143,27 +143,28 @@ def test_mlm_units_are_single_tokens():
         unit_ids_for("xyz", words)
 
 
-def test_mlm_fast_path_chooses_the_first_visited_tokens(batch):
-    """select_tokens (MLM) takes, from the same draws, the tokens select_units takes on single-token
-    units, which are each row's ``budget`` tokens of smallest priority in stable order."""
+def test_mlm_chooses_the_first_visited_tokens(batch):
+    """On single-token units (MLM) the greedy rule takes each row's ``budget`` tokens of smallest
+    priority, in stable order: ``budget`` tokens uniformly without replacement."""
     _, words = batch
     maskable = words >= 0
     budget = prediction_budget(maskable.sum(axis=1), 0.15, 20)
-    fast = select_tokens(maskable, budget, np.random.default_rng(4))
-    np.testing.assert_array_equal(fast, select_units(unit_ids_for("mlm", words), budget, np.random.default_rng(4)))
-    n_units = int(np.flatnonzero(maskable.any(axis=0))[-1]) + 1
-    priority = np.random.default_rng(4).random((len(words), n_units))
-    priority[~maskable[:, :n_units]] = 2.0
+    units = unit_ids_for("mlm", words)
+    chosen = select_units(units, budget, np.random.default_rng(4))
+    priority = np.random.default_rng(4).random((len(words), int(units.max()) + 1))
+    priority[~maskable[:, :priority.shape[1]]] = 2.0
     for r in range(300):
         first = np.argsort(priority[r], kind="stable")[:budget[r]]
-        assert set(np.flatnonzero(fast[r])) == set(first.tolist())
+        assert set(np.flatnonzero(chosen[r])) == set(first.tolist())
 
 
-def test_first_visited_breaks_ties_in_stable_order():
-    from tasks.pretraining.masking import _first_visited
+def test_visits_break_ties_by_index():
+    """Tied priorities are visited in index order, a tie across the window edges included."""
+    from tasks.pretraining.masking import _select_units_rows
 
-    priority = np.array([[0.5, 0.2, 0.5, 0.9, 2.0], [0.3, 0.3, 0.3, 0.1, 2.0], [0.3, 0.3, 0.3, 0.1, 2.0]])
-    chosen = _first_visited(priority, np.array([2, 2, 0]))
+    units = np.array([[0, 1, 2, 3, 4]] * 3)
+    priority = np.array([[0.5, 0.2, 0.5, 0.9, 0.99], [0.3, 0.3, 0.3, 0.1, 0.99], [0.3, 0.3, 0.3, 0.1, 0.99]])
+    chosen = _select_units_rows(units, np.array([2, 2, 0]), priority)
     assert chosen[0].tolist() == [True, True, False, False, False]  # 0.2, then the first 0.5
     assert chosen[1].tolist() == [True, False, False, True, False]  # 0.1, then the first 0.3
     assert not chosen[2].any()
@@ -423,52 +424,20 @@ def reference_selection(words, budget, seed, scheme, ngram_probs=(0.4, 0.3, 0.2,
     return chosen
 
 
+@pytest.mark.parametrize("rate", [(0.15, 20), (0.5, 64), (1.0, 200)])
 @pytest.mark.parametrize("scheme", ["wwm", "ngram"])
-def test_selection_matches_the_rules_row_by_row(batch, scheme):
-    """The vectorised selection (integer-key visit order, prefix then gap-filling for WWM, the
-    visit loop over rows for N-grams) chooses what the rules choose, one row at a time."""
+def test_selection_matches_the_rules_row_by_row(batch, scheme, rate):
+    """The compiled selection (rows visited window by window of priority) chooses what the rules
+    choose, one row at a time: at BERT's rate, and with budgets that need several windows or that
+    a row cannot fill."""
     _, words = batch
     words = words[:400]
-    budget = prediction_budget((words >= 0).sum(axis=1), 0.15, 20)
+    budget = prediction_budget((words >= 0).sum(axis=1), *rate)
     if scheme == "wwm":
         fast = select_units(words, budget, np.random.default_rng(3))
     else:
         fast, _ = select_ngrams(words, budget, np.random.default_rng(3))
     np.testing.assert_array_equal(fast, reference_selection(words, budget, 3, scheme))
-
-
-@pytest.mark.parametrize("block", [1, 7, 10_000])
-@pytest.mark.parametrize("objective", [{"scheme": "mlm"}, {"scheme": "wwm"}, {"scheme": "ngram"},
-                                       {"scheme": "ngram", "mask": 0.0, "random": 0.0, "permute": 0.9}])
-def test_row_blocks_never_change_the_batch(batch, objective, block, monkeypatch):
-    """Selection runs block by block over rows, each block drawing its rows' priorities in turn:
-    any block size gives the batch of one block."""
-    from tasks.pretraining import masking
-
-    ids, words = batch
-    ids, words = ids[:700], words[:700]
-    monkeypatch.setattr(masking, "ROW_BLOCK", 10_000)
-    whole = run(ids=ids, words=words, seed=5, **objective)
-    monkeypatch.setattr(masking, "ROW_BLOCK", block)
-    blocked = run(ids=ids, words=words, seed=5, **objective)
-    assert whole.chosen.any()
-    for name in ("input_ids", "chosen", "labels"):
-        np.testing.assert_array_equal(getattr(blocked, name), getattr(whole, name))
-
-
-@pytest.mark.parametrize("width", [1, 5, 300, 700])
-def test_uniform_keys_sort_as_a_stable_argsort(width):
-    """Integer keys of random() draws order columns as a stable argsort does, ties and the
-    absent units' 2.0 included; beyond 512 columns they come from the argsort itself."""
-    from tasks.pretraining.masking import _uniform_keys
-
-    rng = np.random.default_rng(width)
-    values = rng.random((50, width))
-    values[:, ::3] = values[:, :1]  # ties
-    values[rng.random(values.shape) < 0.2] = 2.0
-    keys, bits = _uniform_keys(values)
-    np.testing.assert_array_equal(np.sort(keys, axis=1) & ((1 << bits) - 1),
-                                  np.argsort(values, axis=1, kind="stable"))
 
 
 def test_shuffle_within_rows_is_lexsort():

@@ -41,7 +41,7 @@ import sys
 
 ENV = "ZHPLM_FORKSERVER"  # the server's socket path, in the environment of the commands it serves
 # What stage processes import before they do any work (the project's own modules excluded).
-PRELOAD = ("numpy", "pyarrow.parquet", "torch", "transformers", "transformers.models.bert.modeling_bert",
+PRELOAD = ("numpy", "numba", "pyarrow.parquet", "torch", "transformers", "transformers.models.bert.modeling_bert",
            "prefect", "prefect.flow_engine", "prefect.task_engine", "prefect.logging.handlers")
 PROJECT = ("tasks", "flows")
 _FDS = 3  # stdin, stdout, stderr

@@ -21,8 +21,8 @@ Replacements (``MaskingConfig`` shares, ``keep`` is the rest):
 * ``permute``: PerLM (PERT §3.2): the chosen tokens are shuffled among
   themselves and the labels are positions, not token ids.
 
-Every function works on whole batches at once (NumPy, no per-example Python
-loop), takes an explicit :class:`numpy.random.Generator`, and is called both when
+Every function works on whole batches at once (NumPy, and compiled loops over
+rows: no Python loop per example), takes an explicit :class:`numpy.random.Generator`, and is called both when
 static pretraining data is written and at batch time (dynamic masking, RoBERTa,
 Liu et al. 2019, §4.1), so the two paths cannot drift apart.
 
@@ -40,9 +40,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from functools import partial
-
 import numpy as np
+from numba import njit
 
 from tasks.corpus.similar_words import SimilarWords
 from tasks.training.batching import IGNORE_INDEX
@@ -118,14 +117,6 @@ def prediction_budget(n_maskable: np.ndarray, masked_lm_prob: float, max_predict
     return np.where(n > 0, np.minimum(budget, n), 0)
 
 
-def _unit_lengths(unit_ids: np.ndarray, n_units: int) -> np.ndarray:
-    """``int64 [N, n_units]`` tokens per unit (0 for absent units)."""
-    # one bincount over (row, unit + 1): column 0 counts the unchosen tokens (-1), then is dropped
-    n_rows, width = unit_ids.shape[0], n_units + 1
-    flat = unit_ids + np.arange(1, n_rows * width, width)[:, None]
-    return np.bincount(flat.reshape(-1), minlength=n_rows * width).reshape(n_rows, width)[:, 1:]
-
-
 def _count_at_most(edges: np.ndarray, values: np.ndarray) -> np.ndarray:
     """``np.searchsorted(edges, values, side="right")`` (``int64``, the shape of ``values``) for a
     handful of sorted ``edges``: one comparison per edge, about 10x faster at these sizes."""
@@ -135,109 +126,161 @@ def _count_at_most(edges: np.ndarray, values: np.ndarray) -> np.ndarray:
     return count
 
 
-def _absent_last(priority: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """``priority`` (``float64 [N, U]`` uniform draws, one per unit) with absent units (length 0)
-    set to 2.0, visited after every present one: each row then visits its present units in a
-    uniformly random order, by increasing priority."""
-    priority[lengths == 0] = 2.0
-    return priority
+# --------------------------------------------------------------------------- per-row kernels
+# The selection rules are greedy loops over each row's units in a random order: compiled
+# (Numba, ``cache=True``: once per machine, into ``__pycache__``) they run each row in about a
+# microsecond, where vectorised NumPy needed a dozen passes over the batch. The kernels draw
+# nothing: the functions that call them draw every uniform with NumPy's Generator, in the same
+# order and number as before the kernels existed, so the data artifacts did not change. They
+# compare and count, never accumulate floats, so the result is the same on every machine.
 
 
-# Rows per block: what follows the random draws runs block by block, so that its temporaries stay
-# in cache and reuse memory instead of faulting in fresh pages; rows are independent, so the
-# result is the same for any block size.
-ROW_BLOCK = 1024
+@njit(cache=True)
+def _unit_lengths(unit_ids: np.ndarray, lengths: np.ndarray) -> int:
+    """Tokens per unit of one row (``unit_ids``: ``int [L]``) into ``lengths`` (``int64 [U]``);
+    returns the row's tokens in units."""
+    lengths[:] = 0
+    n_tokens = 0
+    for u in unit_ids:
+        if u >= 0:
+            lengths[u] += 1
+            n_tokens += 1
+    return n_tokens
 
 
-def _by_row_blocks(fn, *arrays: np.ndarray):
-    """``fn(*arrays)`` computed on blocks of ``ROW_BLOCK`` rows and concatenated (``fn`` returns one
-    array or a tuple of arrays)."""
-    parts = [fn(*(a[s:s + ROW_BLOCK] for a in arrays)) for s in range(0, len(arrays[0]), ROW_BLOCK)]
-    if isinstance(parts[0], tuple):
-        return tuple(np.concatenate(p) for p in zip(*parts))
-    return np.concatenate(parts)
+@njit(cache=True)
+def _visits_between(priority: np.ndarray, lengths: np.ndarray, lo: float, hi: float,
+                    units: np.ndarray, keys: np.ndarray) -> int:
+    """The present units (``lengths > 0``) of one row with ``lo <= priority < hi``, into
+    ``units[:c]`` by increasing priority, ties by index; returns ``c``.
+
+    Visiting a row window by window of priority gives its whole visit order, but a row stops
+    after about ``budget / tokens`` of its units: only those are ever sorted. The filter is
+    branch-free (a random predicate mispredicts); the insertion sort is stable, and the units
+    enter it in index order."""
+    c = 0
+    for u in range(len(lengths)):
+        k = priority[u]
+        units[c] = u
+        keys[c] = k
+        c += (lo <= k) & (k < hi) & (lengths[u] > 0)
+    for a in range(1, c):
+        k, v, i = keys[a], units[a], a
+        while i > 0 and keys[i - 1] > k:
+            keys[i], units[i] = keys[i - 1], units[i - 1]
+            i -= 1
+        keys[i], units[i] = k, v
+    return c
 
 
-def _uniform_keys(uniform: np.ndarray) -> tuple[np.ndarray, int]:
-    """Integer sort keys for the rows of ``uniform`` (``float64 [N, W]`` draws of NumPy's
-    ``Generator.random()``; values from 1.0 up, such as absent units' 2.0, rank after every draw).
-
-    Returns ``(keys, bits)``: ``keys`` ``int64 [N, W]`` distinct within a row, in the order a
-    stable argsort gives the columns, with a column's index in the low ``bits`` bits, so that
-    ``np.sort(keys) & (2**bits - 1)`` is that argsort, several times faster. The keys are
-    ``uniform * 2**53 << bits | column``, exact because ``random()`` draws are multiples of
-    2**-53; rows of more than 512 columns (the keys would overflow) are ranked by the argsort.
-    """
-    width = uniform.shape[1]
-    bits = max(width - 1, 1).bit_length()
-    columns = np.arange(width)
-    if bits <= 9:
-        keys = (np.minimum(uniform, 1.0) * 2.0**53).astype(np.int64) << bits
-    else:
-        keys = np.empty(uniform.shape, dtype=np.int64)
-        np.put_along_axis(keys, np.argsort(uniform, axis=1, kind="stable"), columns << bits, axis=1)
-    keys |= columns
-    return keys, bits
+@njit(cache=True)
+def _window(budget: int, n_tokens: int) -> float:
+    """Width of a priority window: about the share of the row's units that its budget takes."""
+    return min(1.0, budget / max(n_tokens, 1) + 0.02)
 
 
-def _visit_order(priority: np.ndarray) -> np.ndarray:
-    """``int64 [N, U]``: each row's units in visit order, by increasing priority (ties by index)."""
-    keys, bits = _uniform_keys(priority)
-    return np.sort(keys, axis=1) & ((1 << bits) - 1)
-
-
-def _tokens_of_units(unit_ids: np.ndarray, unit_chosen: np.ndarray) -> np.ndarray:
-    """``bool [N, L]``: tokens whose unit is chosen in ``unit_chosen`` (``[N, U]``)."""
-    n_rows, n_units = unit_chosen.shape
-    flat = np.arange(0, n_rows * n_units, n_units)[:, None] + np.maximum(unit_ids, 0)
-    return (unit_ids >= 0) & unit_chosen.reshape(-1)[flat]
-
-
-def _first_visited(priority: np.ndarray, budget: np.ndarray) -> np.ndarray:
-    """``bool [N, U]``: the ``budget`` units each row visits first (``priority``: ``float64 [N, U]``
-    from :func:`_absent_last`; ``budget``: ``int64 [N]``).
-
-    They are the units whose priority is at most the row's ``budget``-th smallest: one sort of
-    the values, several times cheaper than ordering the indices. A row where that threshold is
-    shared by two units (distinct uniform doubles never are) is ranked by the stable sort that
-    defines the visit order instead.
-    """
-    kth = np.sort(priority, axis=1)[np.arange(len(priority)), np.maximum(budget - 1, 0)]
-    chosen = (priority <= kth[:, None]) & (budget > 0)[:, None]
-    tied = np.flatnonzero(chosen.sum(axis=1) != np.minimum(budget, priority.shape[1]))
-    if tied.size:
-        rank = np.argsort(np.argsort(priority[tied], axis=1, kind="stable"), axis=1, kind="stable")
-        chosen[tied] = rank < budget[tied, None]
+@njit(cache=True)
+def _select_units_rows(unit_ids: np.ndarray, budget: np.ndarray, priority: np.ndarray) -> np.ndarray:
+    """:func:`select_units` given the draws: ``priority`` ``float64 [N, U]``, one per unit."""
+    n_rows, width = unit_ids.shape
+    n_units = priority.shape[1]
+    chosen = np.zeros((n_rows, width), dtype=np.bool_)
+    lengths, units = np.empty(n_units, np.int64), np.empty(n_units, np.int64)
+    keys, taken = np.empty(n_units), np.empty(n_units, np.bool_)
+    for r in range(n_rows):
+        if budget[r] <= 0:
+            continue
+        n_tokens = _unit_lengths(unit_ids[r], lengths)
+        step = _window(budget[r], n_tokens)
+        taken[:] = False
+        total, lo = 0, 0.0
+        while total < budget[r] and lo < 1.0:
+            for q in range(_visits_between(priority[r], lengths, lo, lo + step, units, keys)):
+                u = units[q]
+                if total + lengths[u] <= budget[r]:  # BERT: skip a unit that would overflow
+                    taken[u] = True
+                    total += lengths[u]
+                    if total == budget[r]:
+                        break
+            lo += step
+        for i in range(width):
+            chosen[r, i] = unit_ids[r, i] >= 0 and taken[unit_ids[r, i]]
     return chosen
 
 
-def select_tokens(maskable: np.ndarray, budget: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """MLM: choose ``budget`` maskable tokens per row, uniformly without replacement.
+@njit(cache=True)
+def _select_ngrams_rows(word_ids: np.ndarray, budget: np.ndarray, priority: np.ndarray, draws: np.ndarray,
+                        cdf: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`select_ngrams` given the draws: ``priority`` and ``draws`` ``float64 [N, W]`` (one
+    per word, and one per visit for its span length), ``cdf`` the cumulative ``ngram_probs``."""
+    n_rows, width = word_ids.shape
+    n_words_max, k = priority.shape[1], len(cdf)
+    chosen = np.zeros((n_rows, width), dtype=np.bool_)
+    lengths, units = np.empty(n_words_max, np.int64), np.empty(n_words_max, np.int64)
+    keys, covered = np.empty(n_words_max), np.empty(n_words_max, np.bool_)
+    cum = np.zeros(n_words_max + 1, np.int64)  # cum[w]: tokens of words 0..w-1
+    spans = np.empty(max(budget.sum(), 0), np.int64)
+    n_spans = 0
+    for r in range(n_rows):
+        if budget[r] <= 0:
+            continue
+        n_tokens = _unit_lengths(word_ids[r], lengths)
+        n_words = 0
+        for w in range(n_words_max):
+            cum[w + 1] = cum[w] + lengths[w]
+            n_words += lengths[w] > 0
+        step = _window(budget[r], n_tokens)
+        covered[:] = False
+        total, visit, lo = 0, 0, 0.0
+        while total < budget[r] and lo < 1.0:
+            for q in range(_visits_between(priority[r], lengths, lo, lo + step, units, keys)):
+                start = units[q]
+                room = min(max(n_words - start, 1), k)  # the longest span inside the row
+                v = draws[r, visit] * cdf[room - 1]  # renormalised over 1..room
+                visit += 1
+                n = 1
+                for e in range(k):
+                    n += v >= cdf[e]
+                n = min(n, room)
+                while n > 0 and cum[start + n] - cum[start] > budget[r] - total:
+                    n -= 1  # shorten to fit the budget
+                free = n > 0
+                for w in range(start, start + n):
+                    free &= not covered[w]
+                if free:
+                    covered[start:start + n] = True
+                    total += cum[start + n] - cum[start]
+                    spans[n_spans] = n
+                    n_spans += 1
+                    if total == budget[r]:
+                        break
+            lo += step
+        for i in range(width):
+            chosen[r, i] = word_ids[r, i] >= 0 and covered[word_ids[r, i]]
+    return chosen, spans[:n_spans]
 
-    The same choice, from the same draws, as :func:`select_units` on single-token units
-    (:func:`unit_ids_for` ``("mlm", ...)``: unit ``u`` is the token at position ``u``), without
-    building the units.
 
-    Args:
-        maskable: ``bool [N, L]`` tokens that may be chosen.
-        budget: ``int [N]`` tokens to choose per row (at most the row's maskable tokens).
-        rng: the random generator (consumes ``N * U`` uniforms, ``U`` = the last maskable position + 1).
-    Returns:
-        ``bool [N, L]``: the chosen tokens.
-    """
-    columns = np.flatnonzero(maskable.any(axis=0))
-    chosen = np.zeros(maskable.shape, dtype=bool)
-    if not columns.size:
-        return chosen
-    n_units = int(columns[-1]) + 1
+@njit(cache=True)
+def _shuffle_within_rows(rows: np.ndarray, keys: np.ndarray) -> np.ndarray:
+    """``np.lexsort((keys, rows))`` for non-decreasing ``rows`` (``int64 [M]``) and ``keys``
+    (``float64 [M]``): each row's entries ordered by key, ties by index (a stable insertion sort
+    per row; a row holds at most its prediction budget)."""
+    order = np.arange(len(rows))
+    start = 0
+    for end in range(1, len(rows) + 1):
+        if end < len(rows) and rows[end] == rows[start]:
+            continue
+        for a in range(start + 1, end):
+            v, i = order[a], a
+            while i > start and keys[order[i - 1]] > keys[v]:
+                order[i] = order[i - 1]
+                i -= 1
+            order[i] = v
+        start = end
+    return order
 
-    def block(maskable: np.ndarray, budget: np.ndarray) -> np.ndarray:
-        priority = rng.random((len(maskable), n_units))  # blocks in turn: the draws of one call
-        priority[~maskable[:, :n_units]] = 2.0
-        return _first_visited(priority, budget)
 
-    chosen[:, :n_units] = _by_row_blocks(block, maskable, np.asarray(budget, dtype=np.int64))
-    return chosen & maskable
+# --------------------------------------------------------------------------- selection
 
 
 def select_units(unit_ids: np.ndarray, budget: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -247,59 +290,23 @@ def select_units(unit_ids: np.ndarray, budget: np.ndarray, rng: np.random.Genera
     MLM). Units are visited in a uniformly random order; a unit is taken if it
     still fits in the budget and skipped otherwise, so a chosen set never splits
     a unit and never exceeds the budget (BERT's ``create_masked_lm_predictions``:
-    ``if len(masked_lms) + len(index_set) > num_to_predict: continue``).
+    ``if len(masked_lms) + len(index_set) > num_to_predict: continue``). On
+    single-token units (MLM) this is ``budget`` tokens uniformly without replacement.
 
-    Vectorised over rows: every unit visited before the first that overflows the budget is
-    taken (a cumulative sum in visit order), then the loop fills each row's gap with the next
-    units that fit, at most (longest unit - 1) rounds.
+    The visit order is by increasing priority, one uniform draw per unit (ties by
+    index); a compiled loop per row (:func:`_select_units_rows`).
 
     Args:
-        unit_ids: ``int [N, L]`` dense unit index per token (0..U-1 per row), -1 = never chosen.
+        unit_ids: ``int [N, L]`` unit index per token (0..U-1 per row), -1 = never chosen.
         budget: ``int [N]`` tokens to choose per row.
-        rng: the random generator (consumes ``N * U`` uniforms).
+        rng: the random generator (consumes ``N * U`` uniforms, ``U`` = the largest unit id + 1).
     Returns:
         ``bool [N, L]``: the chosen tokens.
     """
     n_units = int(unit_ids.max(initial=-1)) + 1
     if n_units == 0:
         return np.zeros(unit_ids.shape, dtype=bool)
-    # blocks in turn, each drawing its rows' priorities: the same draws as one call for all rows
-    return _by_row_blocks(lambda ids, b: _choose_units(ids, b, rng.random((len(ids), n_units))),
-                          unit_ids, np.asarray(budget, dtype=np.int64))
-
-
-def _choose_units(unit_ids: np.ndarray, budget: np.ndarray, priority: np.ndarray) -> np.ndarray:
-    """:func:`select_units` on a block of rows, given their draws (``priority``, ``[N, U]``)."""
-    lengths = _unit_lengths(unit_ids, priority.shape[1])
-    priority = _absent_last(priority, lengths)
-    if lengths.max() <= 1:  # single-token units: the first `budget` in random order
-        return _tokens_of_units(unit_ids, _first_visited(priority, budget))
-    keys, bits = _uniform_keys(priority)
-    visits = np.sort(keys, axis=1)
-    order = visits & ((1 << bits) - 1)
-    visited = np.take_along_axis(lengths, order, axis=1)  # [N, U] unit lengths in visit order
-    n_present = np.count_nonzero(lengths, axis=1)  # absent units (length 0) are visited last
-    # Every unit visited before the first that would overflow the budget is taken.
-    cum = np.cumsum(visited, axis=1)
-    taken = np.minimum((cum <= budget[:, None]).sum(axis=1), n_present)
-    last = taken - 1
-    rows = np.arange(len(budget))
-    total = np.where(taken > 0, cum[rows, last], 0)
-    chosen = keys <= np.where(taken > 0, visits[rows, last], -1)[:, None]  # the first `taken` visits
-    # Then, in turn, the next unit that fits in the gap left; each take shrinks the gap.
-    columns = np.arange(visited.shape[1])
-    rows = np.flatnonzero((total < budget) & (taken < n_present))
-    while rows.size:
-        fits = ((visited[rows] <= (budget[rows] - total[rows])[:, None]) & (columns > last[rows, None])
-                & (columns < n_present[rows, None]))
-        j = fits.argmax(axis=1)
-        found = fits[np.arange(len(rows)), j]
-        rows, j = rows[found], j[found]
-        chosen[rows, order[rows, j]] = True
-        total[rows] += visited[rows, j]
-        last[rows] = j
-        rows = rows[total[rows] < budget[rows]]
-    return _tokens_of_units(unit_ids, chosen)
+    return _select_units_rows(unit_ids, np.asarray(budget, dtype=np.int64), rng.random((len(unit_ids), n_units)))
 
 
 def select_ngrams(word_ids: np.ndarray, budget: np.ndarray, rng: np.random.Generator,
@@ -316,68 +323,25 @@ def select_ngrams(word_ids: np.ndarray, budget: np.ndarray, rng: np.random.Gener
        one word does not fit, skip this start;
     4. skip the span if any of its words is already chosen; otherwise choose it.
 
-    As in :func:`select_units`, the loop runs over visits, vectorised over the rows
-    still choosing.
+    A compiled loop per row (:func:`_select_ngrams_rows`); the ``j``-th visit of a row
+    draws its length from the ``j``-th of the row's length draws.
 
     Args:
         word_ids: ``int [N, L]`` dense word index per token, -1 = never chosen.
         budget: ``int [N]`` tokens to choose per row.
         ngram_probs: probability of a span of 1, 2, ... K words.
+        rng: the random generator (consumes ``2 * N * W`` uniforms, ``W`` = the largest word id + 1).
     Returns:
         ``(chosen, span_words)``: ``bool [N, L]`` chosen tokens, and ``int64 [S]``
-        the length in words of every span taken (for statistics and tests).
+        the length in words of every span taken, row by row (for statistics and tests).
     """
-    n_rows = word_ids.shape[0]
     n_words_max = int(word_ids.max(initial=-1)) + 1
     if n_words_max == 0:
         return np.zeros(word_ids.shape, dtype=bool), np.zeros(0, dtype=np.int64)
-    k = len(ngram_probs)
-    cdf = np.cumsum(ngram_probs)
-    priority = rng.random((n_rows, n_words_max))
-    draws = rng.random((n_rows, n_words_max))
-    order, cum, n_words = _by_row_blocks(partial(_ngram_visits, k=k), word_ids, priority)
-    order, cum_flat = order.reshape(-1), cum.reshape(-1)
-    budget = np.asarray(budget, dtype=np.int64)
-    covered = np.zeros((n_rows, n_words_max + k), dtype=bool)
-    total = np.zeros(n_rows, dtype=np.int64)
-    spans = []
-    span_range = np.arange(1, k + 1)
-    rows = np.flatnonzero(budget > 0)  # the rows still choosing
-    for j in range(n_words_max):
-        if not rows.size:
-            break
-        start = order[rows * n_words_max + j]  # a present word: rows whose words are all visited are gone
-        room = np.clip(n_words[rows] - start, 1, k)  # longest span that stays inside the row
-        n = np.minimum(_count_at_most(cdf, draws[rows, j] * cdf[room - 1]) + 1, room)
-        # tokens of spans of 1..k words from `start`; nondecreasing in the span, so what fits is a prefix
-        at = (rows * cum.shape[1] + start)[:, None]  # flat index of cum[rows, start]
-        span_tokens = cum_flat[at + span_range] - cum_flat[at]
-        gap = budget[rows] - total[rows]
-        n_fit = ((span_range <= n[:, None]) & (span_tokens <= gap[:, None])).sum(axis=1)
-        words = (rows * covered.shape[1] + start)[:, None] + span_range - 1  # flat indices into covered
-        in_span = span_range <= n_fit[:, None]
-        take = (n_fit > 0) & ~(covered.reshape(-1)[words] & in_span).any(axis=1)
-        if take.any():
-            covered.reshape(-1)[words[take][in_span[take]]] = True
-            total[rows[take]] += span_tokens[take, n_fit[take] - 1]
-            spans.append(n_fit[take])
-        rows = rows[(total[rows] < budget[rows]) & (n_words[rows] > j + 1)]
-    chosen = _by_row_blocks(_tokens_of_units, word_ids, covered[:, :n_words_max])
-    return chosen, (np.concatenate(spans) if spans else np.zeros(0, dtype=np.int64))
-
-
-def _ngram_visits(word_ids: np.ndarray, priority: np.ndarray, k: int) -> tuple[np.ndarray, ...]:
-    """For :func:`select_ngrams`, on a block of rows given their priorities (``float64 [N, W]``):
-    ``order`` (``[N, W]`` the visit order), ``cum`` (``[N, W + k + 1]``: tokens of words
-    ``0..w-1``, padded so that a span of ``k`` words from any word stays inside) and ``n_words``
-    (``int64 [N]``); ``int16`` for rows of fewer than 32,768 tokens: fewer bytes to concatenate."""
-    small = np.int16 if word_ids.shape[1] < 2**15 else np.int64
-    lengths = _unit_lengths(word_ids, priority.shape[1])
-    order = _visit_order(_absent_last(priority, lengths)).astype(small)
-    cum = np.zeros((len(lengths), lengths.shape[1] + k + 1), dtype=small)
-    np.cumsum(lengths, axis=1, out=cum[:, 1:lengths.shape[1] + 1])
-    cum[:, lengths.shape[1] + 1:] = cum[:, lengths.shape[1]:lengths.shape[1] + 1]
-    return order, cum, np.count_nonzero(lengths, axis=1)
+    priority = rng.random((len(word_ids), n_words_max))
+    draws = rng.random((len(word_ids), n_words_max))
+    return _select_ngrams_rows(word_ids, np.asarray(budget, dtype=np.int64), priority, draws,
+                               np.cumsum(ngram_probs, dtype=np.float64))
 
 
 def unit_ids_for(scheme: str, word_ids: np.ndarray) -> np.ndarray:
@@ -411,50 +375,88 @@ class MaskedBatch:
     counts: dict[str, int] = field(default_factory=dict)
 
 
-def _word_occurrences(positions: np.ndarray, unit_ids: np.ndarray) -> tuple[np.ndarray, ...]:
+@njit(cache=True)
+def _word_occurrences(positions: np.ndarray, unit_ids: np.ndarray, width: int) -> tuple[np.ndarray, ...]:
     """The chosen words as occurrences: ``first, length`` (``int64 [K]`` each: flat position of the
-    first token, tokens) and, per chosen token (``positions``: flat, increasing), its occurrence."""
-    width = unit_ids.shape[1]
-    units = unit_ids.reshape(-1)[positions]
-    new = np.ones(len(positions), dtype=bool)
-    new[1:] = (positions[1:] // width != positions[:-1] // width) | (units[1:] != units[:-1])
-    starts = np.flatnonzero(new)
-    return positions[starts], np.diff(starts, append=len(positions)), np.cumsum(new) - 1
+    first token, tokens) and, per chosen token (``positions``: flat, increasing; ``unit_ids``:
+    flat ``int [N * L]``), its occurrence."""
+    first, length = np.empty(len(positions), np.int64), np.zeros(len(positions), np.int64)
+    occurrence = np.empty(len(positions), np.int64)
+    k = -1
+    for q in range(len(positions)):
+        p = positions[q]
+        if q == 0 or p // width != positions[q - 1] // width or unit_ids[p] != unit_ids[positions[q - 1]]:
+            k += 1
+            first[k] = p
+        length[k] += 1
+        occurrence[q] = k
+    return first[:k + 1], length[:k + 1], occurrence
 
 
-def _similar_replacement(occ_first, occ_len, lex_ids, similar: SimilarWords, rng):
-    """Pick a similar word for each occurrence; ``(ok, token_values, fallback counts)``."""
-    lex = lex_ids.reshape(-1)[occ_first] if lex_ids is not None else np.full(len(occ_first), -1)
-    has_entry = lex >= 0
-    safe = np.maximum(lex, 0)
-    n_cand = np.where(has_entry, similar.counts[safe], 0)
-    whole = has_entry & (similar.lengths[safe] == occ_len)  # a word cut at a sequence boundary is shorter
-    ok = has_entry & (n_cand > 0) & whole
-    pick = similar.offsets[safe] + np.minimum((rng.random(len(lex)) * n_cand).astype(np.int64),
-                                              np.maximum(n_cand - 1, 0))
-    reps = np.where(ok, occ_len, 0)
-    # token i of the replacements is token (i - the word's first i) of its candidate
-    shift = similar.starts[np.where(ok, pick, 0)] - (np.cumsum(reps) - reps)
-    values = similar.tokens[np.repeat(shift, reps) + np.arange(reps.sum())]
-    fallbacks = {
-        "similar_fallback_not_in_lexicon": int((~has_entry).sum()),
-        "similar_fallback_no_candidate": int((has_entry & (n_cand == 0)).sum()),
-        "similar_fallback_length_mismatch": int((has_entry & (n_cand > 0) & ~whole).sum()),
-    }
-    return ok, values, fallbacks
+@njit(cache=True)
+def _similar_words(occ_first: np.ndarray, occ_len: np.ndarray, lex_ids: np.ndarray, draws: np.ndarray,
+                   lengths: np.ndarray, offsets: np.ndarray, starts: np.ndarray,
+                   tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A similar word for each occurrence, the candidate ``floor(draw * candidates)`` of its
+    :class:`SimilarWords` entry (``lex_ids``: flat ``int [N * L]``). Returns ``ok`` (``bool [K]``),
+    the replacement tokens of the ``ok`` occurrences in order (``int32``), and the fallbacks
+    (``int64 [3]``: not in the lexicon, no candidate, length mismatch)."""
+    ok = np.zeros(len(occ_first), np.bool_)
+    values = np.empty(occ_len.sum(), np.int32)
+    fallbacks = np.zeros(3, np.int64)
+    m = 0
+    for i in range(len(occ_first)):
+        e = lex_ids[occ_first[i]]
+        if e < 0:
+            fallbacks[0] += 1
+            continue
+        n_cand = offsets[e + 1] - offsets[e]
+        if n_cand == 0:
+            fallbacks[1] += 1
+        elif lengths[e] != occ_len[i]:  # a word cut at a sequence boundary is shorter
+            fallbacks[2] += 1
+        else:
+            start = starts[offsets[e] + min(np.int64(draws[i] * n_cand), n_cand - 1)]
+            values[m:m + occ_len[i]] = tokens[start:start + occ_len[i]]
+            m += occ_len[i]
+            ok[i] = True
+    return ok, values[:m], fallbacks
 
 
-def _shuffle_within_rows(rows: np.ndarray, keys: np.ndarray) -> np.ndarray:
-    """``np.lexsort((keys, rows))`` for non-decreasing ``rows`` and ``keys`` drawn by
-    ``Generator.random()``: each row's entries in a random order, sorted as one short row of a
-    padded matrix (:func:`_uniform_keys`)."""
-    per_row = np.bincount(rows)
-    starts = np.cumsum(per_row) - per_row
-    slot = np.arange(len(rows)) - starts[rows]
-    padded = np.ones((len(per_row), int(per_row.max(initial=1))))  # 1.0: after every draw
-    padded[rows, slot] = keys
-    sort_keys, bits = _uniform_keys(padded)
-    return starts[rows] + (np.sort(sort_keys, axis=1)[rows, slot] & ((1 << bits) - 1))
+@njit(cache=True)
+def _replace(original: np.ndarray, positions: np.ndarray, kind: np.ndarray, mask_token_id: int,
+             random_values: np.ndarray, similar_values: np.ndarray, width: int,
+             label_positions: bool) -> tuple[np.ndarray, np.ndarray]:
+    """``(out, labels)``, flat ``int32``: ``original`` with each chosen position replaced as its
+    ``kind`` says, [MASK] (0), the next random token (1), the next similar-word token (2), itself
+    (3 permute, 4 keep); labelled with its original token or (PerLM) its own position."""
+    out = original.astype(np.int32)
+    labels = np.full(len(original), IGNORE_INDEX, np.int32)
+    n_random = n_similar = 0
+    for q in range(len(positions)):
+        p = positions[q]
+        labels[p] = p % width if label_positions else original[p]
+        if kind[q] == 0:
+            out[p] = mask_token_id
+        elif kind[q] == 1:
+            out[p] = random_values[n_random]
+            n_random += 1
+        elif kind[q] == 2:
+            out[p] = similar_values[n_similar]
+            n_similar += 1
+    return out, labels
+
+
+@njit(cache=True)
+def _permute(out: np.ndarray, labels: np.ndarray, original: np.ndarray, permuted: np.ndarray, keys: np.ndarray,
+             width: int) -> None:
+    """PerLM, in place: the tokens at ``permuted`` (flat, increasing) shuffled within each row,
+    ``permuted[j]`` taking the token from the ``j``-th of its row's positions ordered by ``keys``;
+    the label at a token's old position is its new one."""
+    source = permuted[_shuffle_within_rows(permuted // width, keys)]
+    for j in range(len(permuted)):
+        out[permuted[j]] = original[source[j]]
+        labels[source[j]] = permuted[j] % width
 
 
 def corrupt(input_ids: np.ndarray, chosen: np.ndarray, unit_ids: np.ndarray, config: MaskingConfig,
@@ -495,37 +497,34 @@ def corrupt(input_ids: np.ndarray, chosen: np.ndarray, unit_ids: np.ndarray, con
     # flat positions: 1-D gathers and scatters are several times faster than (rows, cols) pairs
     width = input_ids.shape[1]
     original = input_ids.reshape(-1)
-    out = original.astype(np.int32)  # a copy
-    labels = np.full(out.shape, IGNORE_INDEX, dtype=np.int32)
     positions = np.flatnonzero(chosen)
     edges = np.cumsum([config.mask, config.random, config.similar, config.permute])
+    values = np.zeros(0, dtype=np.int32)
     if not config.similar:  # 0 mask, 1 random, 2 similar, 3 permute, 4 keep
         kind = _count_at_most(edges, rng.random(len(positions)))
     else:
         if similar is None:
             raise ValueError("similar-word replacement (Mac) needs a SimilarWords lexicon")
-        occ_first, occ_len, occurrence = _word_occurrences(positions, unit_ids)
+        occ_first, occ_len, occurrence = _word_occurrences(positions, unit_ids.reshape(-1), width)
         word_kind = _count_at_most(edges, rng.random(len(occ_first)))
         to_similar = np.flatnonzero(word_kind == 2)
-        ok, values, fallbacks = _similar_replacement(occ_first[to_similar], occ_len[to_similar], lex_ids,
-                                                     similar, rng)
+        lex = lex_ids.reshape(-1) if lex_ids is not None else np.full(original.size, -1)
+        ok, values, fallbacks = _similar_words(occ_first[to_similar], occ_len[to_similar], lex,
+                                               rng.random(len(to_similar)), similar.lengths, similar.offsets,
+                                               similar.starts, similar.tokens)
         word_kind[to_similar[~ok]] = 1  # no similar word: a random word instead
         kind = word_kind[occurrence]
-        out[positions[kind == 2]] = values
     counts = {"chosen": len(positions)}
     if config.similar:
-        counts.update(fallbacks, similar_words=int(ok.sum()))
+        counts.update(zip(("similar_fallback_not_in_lexicon", "similar_fallback_no_candidate",
+                           "similar_fallback_length_mismatch"), fallbacks.tolist()), similar_words=int(ok.sum()))
     counts.update(zip(("mask", "random", "similar", "permute", "keep"), np.bincount(kind, minlength=5).tolist()))
-    out[positions[kind == 0]] = mask_token_id
-    out[positions[kind == 1]] = random_token_ids[rng.integers(0, len(random_token_ids), counts["random"])]
+    random_values = random_token_ids[rng.integers(0, len(random_token_ids), counts["random"])]
+    out, labels = _replace(original, positions, kind, mask_token_id, random_values, values, width,
+                           config.predicts_positions)
     if config.permute:
-        labels[positions] = positions % width  # kept tokens point at themselves
         permuted = positions[kind == 3]
-        source = permuted[_shuffle_within_rows(permuted // width, rng.random(len(permuted)))]
-        out[permuted] = original[source]  # the token from `source` now stands at `permuted`
-        labels[source] = permuted % width
-    else:
-        labels[positions] = original[positions]
+        _permute(out, labels, original, permuted, rng.random(len(permuted)), width)
     return MaskedBatch(out.reshape(input_ids.shape), chosen, labels.reshape(input_ids.shape), counts)
 
 
@@ -542,13 +541,11 @@ def mask_batch(input_ids: np.ndarray, word_ids: np.ndarray, config: MaskingConfi
     Returns:
         A :class:`MaskedBatch`.
     """
-    maskable = word_ids >= 0
-    budget = prediction_budget(np.count_nonzero(maskable, axis=1), config.masked_lm_prob, config.max_predictions)
+    budget = prediction_budget(np.count_nonzero(word_ids >= 0, axis=1), config.masked_lm_prob,
+                               config.max_predictions)
     if config.scheme == "ngram":
         chosen, _ = select_ngrams(word_ids, budget, rng, config.ngram_probs)
-    elif config.scheme == "wwm":
-        chosen = select_units(word_ids, budget, rng)
     else:
-        chosen = select_tokens(maskable, budget, rng)
+        chosen = select_units(unit_ids_for(config.scheme, word_ids), budget, rng)
     return corrupt(input_ids, chosen, word_ids, config, rng, mask_token_id=mask_token_id,
                    random_token_ids=random_token_ids, lex_ids=lex_ids, similar=similar)
