@@ -351,3 +351,24 @@ def test_masking_on_a_dask_cluster_writes_the_same_shards(tmp_path, prefect_serv
     assert local == dask and local["shards"] > 2
     files = sorted((tmp_path / "local").iterdir())
     assert [f.read_bytes() for f in files] == [(tmp_path / "dask" / f.name).read_bytes() for f in files]
+
+
+def test_cut_points_hand_worked():
+    """A row is cut at a sentence start after its first one or, with one sentence, at a word start
+    after its first token; a row of one word has no cut point."""
+    from tasks.pretraining.pretraining_data import _cut_point
+
+    # [CLS] s1(w0 w0 w1) s2(w2) s3(w3 w3) [SEP]: sentences start at 1, 4 and 5
+    starts = np.array([0, 1, 0, 0, 1, 1, 0, 0], dtype=bool)
+    words = np.array([-1, 0, 0, 1, 2, 3, 3, -1])
+    assert _cut_point(starts, words, 8, -1) == 2
+    assert [_cut_point(starts, words, 8, k) for k in (0, 1)] == [4, 5]
+    # a row that starts mid-sentence: its first start is still skipped
+    starts = np.array([0, 0, 0, 1, 0, 1, 0, 0], dtype=bool)
+    assert _cut_point(starts, words, 8, -1) == 1 and _cut_point(starts, words, 8, 0) == 5
+    # one sentence: word starts after the first token (positions 3, 4, 5)
+    one = np.array([0, 1, 0, 0, 0, 0, 0, 0], dtype=bool)
+    assert _cut_point(one, words, 8, -1) == 3
+    assert [_cut_point(one, words, 8, k) for k in range(3)] == [3, 4, 5]
+    # one word: nothing to cut
+    assert _cut_point(one, np.array([-1, 0, 0, 0, -1]), 5, -1) == 0

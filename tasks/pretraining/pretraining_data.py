@@ -46,12 +46,13 @@ sentence_label    int8            NSP: 1 = B is from another document; SOP: 1 = 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
 import numpy as np
 import pyarrow as pa
+from numba import njit
 
 from tasks.core.errors import SourceError
 from tasks.core.io import stream_parquet
@@ -103,10 +104,20 @@ class Packed:
         return getattr(self, name)
 
     @staticmethod
+    def empty(n: int, width: int) -> "Packed":
+        """``n`` rows of padding only (word and lexicon ids -1, no sentence task)."""
+        return Packed(np.zeros((n, width), np.int32), np.full((n, width), -1, np.int32), np.zeros(n, np.int32),
+                      np.full((n, width), -1, np.int32), np.zeros((n, width), bool), np.zeros(n, np.int32),
+                      np.zeros(n, np.int32), np.full(n, -1, np.int8))
+
+    @staticmethod
     def concat(parts: list["Packed"], width: int) -> "Packed":
-        """The rows of ``parts`` in order (an empty ``[0, width]`` Packed for none)."""
+        """The rows of ``parts`` in order (an empty ``[0, width]`` Packed for none; the part itself
+        for one)."""
         if not parts:
-            return _assemble([], width, 0, 0)
+            return Packed.empty(0, width)
+        if len(parts) == 1:
+            return parts[0]
         return Packed(*(np.concatenate([getattr(p, f) for p in parts]) for f in Packed.__dataclass_fields__))
 
 
@@ -184,23 +195,16 @@ def _dense(word_ids: np.ndarray) -> np.ndarray:
 
 def _assemble(seqs: list, width: int, cls_id: int, sep_id: int) -> Packed:
     """Padded :class:`Packed` rows of sequences ``(pieces, piece_words, piece_lex, document)``."""
-    n = len(seqs)
-    out_ids = np.zeros((n, width), dtype=np.int32)
-    out_words = np.full((n, width), -1, dtype=np.int32)
-    out_lex = np.full((n, width), -1, dtype=np.int32)
-    piece_start = np.zeros((n, width), dtype=bool)
-    lengths = np.zeros(n, dtype=np.int32)
-    documents = np.zeros(n, dtype=np.int32)
+    out = Packed.empty(len(seqs), width)
     for r, (pieces, piece_words, piece_lex, doc) in enumerate(seqs):
         body = np.concatenate(pieces)
         k = len(body)
-        out_ids[r, 0], out_ids[r, 1:k + 1], out_ids[r, k + 1] = cls_id, body, sep_id
-        out_words[r, 1:k + 1] = np.concatenate(piece_words)
-        out_lex[r, 1:k + 1] = np.concatenate(piece_lex)
-        piece_start[r, 1 + np.cumsum([0] + [len(p) for p in pieces[:-1]])] = True
-        lengths[r], documents[r] = k + 2, doc
-    return Packed(out_ids, out_words, lengths, out_lex, piece_start, documents,
-                  segment_b=np.zeros(n, dtype=np.int32), sentence_labels=np.full(n, -1, dtype=np.int8))
+        out.input_ids[r, 0], out.input_ids[r, 1:k + 1], out.input_ids[r, k + 1] = cls_id, body, sep_id
+        out.word_ids[r, 1:k + 1] = np.concatenate(piece_words)
+        out.lex_ids[r, 1:k + 1] = np.concatenate(piece_lex)
+        out.piece_start[r, 1 + np.cumsum([0] + [len(p) for p in pieces[:-1]])] = True
+        out.lengths[r], out.documents[r] = k + 2, doc
+    return out
 
 
 class Packer:
@@ -353,11 +357,68 @@ def pack_corpus(tokens: Path, out: Path, max_seq_length: int, cls_id: int, sep_i
     return store
 
 
-def _word_starts(word_ids: np.ndarray) -> np.ndarray:
-    """``bool [n, L]``: the token starts a word (not [CLS], [SEP] or padding)."""
-    out = np.zeros(word_ids.shape, dtype=bool)
-    out[:, 1:] = (word_ids[:, 1:] != word_ids[:, :-1]) & (word_ids[:, 1:] >= 0)
+@njit(cache=True)
+def _cut_point(piece_start: np.ndarray, word_ids: np.ndarray, length: int, pick: int) -> int:
+    """Where a row (``[L]`` fields) can be cut in two: its number of cut points if ``pick < 0``,
+    else its ``pick``-th cut point (a position). The cut points are the body's sentence starts
+    after its first one or, in a row of one sentence, its word starts after the first token."""
+    n = 0
+    for p in range(1, length - 1):
+        if piece_start[p]:
+            if pick >= 0 and n == pick + 1:
+                return p
+            n += 1
+    if n >= 2:
+        return n - 1
+    n = 0
+    for p in range(2, length - 1):
+        if word_ids[p] != word_ids[p - 1]:
+            if n == pick:
+                return p
+            n += 1
+    return n
+
+
+@njit(cache=True)
+def _cuts(piece_start: np.ndarray, word_ids: np.ndarray, lengths: np.ndarray, pick: np.ndarray) -> np.ndarray:
+    """:func:`_cut_point` of every row (``int32 [N]``)."""
+    out = np.empty(len(lengths), np.int32)
+    for r in range(len(lengths)):
+        out[r] = _cut_point(piece_start[r], word_ids[r], lengths[r], pick[r])
     return out
+
+
+@njit(cache=True)
+def _put_segment(dst: tuple, k: int, at: int, src: tuple, row: int, start: int, stop: int, word: int) -> int:
+    """Copy tokens ``start:stop`` of ``src`` row ``row`` (``(input_ids, word_ids, lex_ids)``) to
+    ``dst`` row ``k`` from position ``at``, renumbering its words densely from ``word + 1`` (its
+    first token starts one); returns the last word index written."""
+    (ids, words, lex), (out_ids, out_words, out_lex) = src, dst
+    for p in range(start, stop):
+        word += (p == start) | ((words[row, p] != words[row, p - 1]) & (words[row, p] >= 0))  # branch-free
+        out_ids[k, at + p - start] = ids[row, p]
+        out_words[k, at + p - start] = word
+        out_lex[k, at + p - start] = lex[row, p]
+    return word
+
+
+@njit(cache=True)
+def _write_pairs(dst: tuple, own: tuple, partner: tuple, segments: np.ndarray, cls_id: int, sep_id: int,
+                 segment_b: np.ndarray, lengths: np.ndarray) -> None:
+    """``[CLS] A [SEP] B [SEP]`` into row ``k`` of ``dst`` for each row of ``segments``
+    (``int64 [M, 8]``: source, row, start and stop of A, then of B; source 0 is ``own``, 1
+    ``partner``); B is cut to what fits the row."""
+    width = dst[0].shape[1]
+    for k in range(len(segments)):
+        a_src, a_row, a_start, a_stop, b_src, b_row, b_start, b_stop = segments[k]
+        la = a_stop - a_start
+        lb = min(b_stop - b_start, width - 3 - la)
+        dst[0][k, 0] = cls_id
+        word = _put_segment(dst, k, 1, own if a_src == 0 else partner, a_row, a_start, a_stop, -1)
+        dst[0][k, 1 + la] = sep_id
+        _put_segment(dst, k, 2 + la, own if b_src == 0 else partner, b_row, b_start, b_start + lb, word)
+        dst[0][k, 2 + la + lb] = sep_id
+        segment_b[k], lengths[k] = 2 + la, 3 + la + lb
 
 
 def sentence_pairs(packed: Packed | PackedStore, task: str, rng: np.random.Generator, cls_id: int, sep_id: int,
@@ -398,13 +459,11 @@ def sentence_pairs(packed: Packed | PackedStore, task: str, rng: np.random.Gener
     cut = np.zeros(total, dtype=np.int32)  # first body position of B
     for start in range(0, total, chunk_rows):
         rows = packed.rows(slice(start, start + chunk_rows))
-        for r in range(len(rows)):
-            body = slice(1, rows.lengths[r] - 1)
-            cands = np.flatnonzero(rows.piece_start[r, body])[1:]
-            if len(cands) == 0:
-                cands = np.flatnonzero(np.diff(rows.word_ids[r, body]) != 0) + 1
-            if len(cands):
-                cut[start + r] = 1 + cands[rng.integers(len(cands))]
+        pick = np.full(len(rows), -1, dtype=np.int64)
+        counts = _cuts(rows.piece_start, rows.word_ids, rows.lengths, pick)
+        cuttable = counts > 0
+        pick[cuttable] = rng.integers(0, counts[cuttable])  # the draws of one integers(count) per row
+        cut[start:start + len(rows)] = np.where(cuttable, _cuts(rows.piece_start, rows.word_ids, rows.lengths, pick), 0)
     keep = np.flatnonzero(cut > 0)
     dropped = total - len(keep)
     cut = cut[keep]
@@ -414,10 +473,12 @@ def sentence_pairs(packed: Packed | PackedStore, task: str, rng: np.random.Gener
     docs = packed.column("documents")[keep] if task == "nsp" else None
 
     store = PackedStore(out, width) if out is not None else None
-    parts = []
+    pairs = Packed.empty(n, width) if store is None else None  # in memory: written chunk by chunk in place
     for lo in range(0, n, chunk_rows):
         hi = min(lo + chunk_rows, n)
-        rows = packed.rows(keep[lo:hi])
+        # the rows from this chunk's first kept row to its last (a view in memory), and the kept ones
+        rows = packed.rows(slice(keep[lo], keep[hi - 1] + 1))
+        own = keep[lo:hi] - keep[lo]
         partner = np.zeros(hi - lo, dtype=np.int64)  # index into the kept rows
         if task == "nsp":  # a uniformly drawn row of another document (documents are contiguous)
             first = np.searchsorted(docs, docs[lo:hi], side="left")
@@ -430,46 +491,27 @@ def sentence_pairs(packed: Packed | PackedStore, task: str, rng: np.random.Gener
         # the NSP partners of this chunk's negatives, read wherever they lie
         wanted = np.unique(partner[labels[lo:hi] == 1]) if task == "nsp" else np.zeros(0, np.int64)
         partner_rows = packed.rows(keep[wanted])
-        where = {int(p): j for j, p in enumerate(wanted)}
-        starts, partner_starts = _word_starts(rows.word_ids), _word_starts(partner_rows.word_ids)
-        m = hi - lo
-        chunk = replace(rows, input_ids=np.zeros_like(rows.input_ids), word_ids=np.full_like(rows.word_ids, -1),
-                        lex_ids=np.full_like(rows.lex_ids, -1), segment_b=np.zeros(m, dtype=np.int32),
-                        sentence_labels=labels[lo:hi], lengths=np.zeros(m, dtype=np.int32))
-        for k in range(m):
-            i = lo + k
-            a, b = (rows, k, slice(1, cut[i]), starts), (rows, k, slice(cut[i], rows.lengths[k] - 1), starts)
-            if task == "nsp" and labels[i]:
-                p = partner[k]
-                j = where[int(p)]
-                b = (partner_rows, j, slice(cut[p], partner_rows.lengths[j] - 1), partner_starts)
-            parts_ab = [a, b]
-            if task == "sop" and labels[i]:
-                parts_ab = parts_ab[::-1]
-            (ra, ia, sa, wa), (rb, ib, sb, wb) = parts_ab
-            room_b = width - 3 - (sa.stop - sa.start)
-            sb = slice(sb.start, min(sb.stop, sb.start + room_b))
-            la, lb = sa.stop - sa.start, sb.stop - sb.start
-            ids = chunk.input_ids[k]
-            ids[0], ids[1:1 + la], ids[1 + la] = cls_id, ra.input_ids[ia, sa], sep_id
-            ids[2 + la:2 + la + lb], ids[2 + la + lb] = rb.input_ids[ib, sb], sep_id
-            word_start = np.concatenate([wa[ia, sa], wb[ib, sb]])
-            word_start[0] = True
-            if lb:
-                word_start[la] = True
-            dense = np.cumsum(word_start) - 1
-            chunk.word_ids[k, 1:1 + la] = dense[:la]
-            chunk.word_ids[k, 2 + la:2 + la + lb] = dense[la:]
-            chunk.lex_ids[k, 1:1 + la] = ra.lex_ids[ia, sa]
-            chunk.lex_ids[k, 2 + la:2 + la + lb] = rb.lex_ids[ib, sb]
-            chunk.segment_b[k], chunk.lengths[k] = 2 + la, 3 + la + lb
+        chunk = pairs.rows(slice(lo, hi)) if store is None else Packed.empty(hi - lo, width)
+        chunk.piece_start[:], chunk.documents[:] = rows.piece_start[own], rows.documents[own]
+        chunk.sentence_labels[:] = labels[lo:hi]
+        # A and B of each row as (source, row, start, stop): source 0 `rows`, 1 `partner_rows`
+        zero, negative = np.zeros(hi - lo, np.int64), labels[lo:hi] == 1
+        segments = np.stack([zero, own, zero + 1, cut[lo:hi], zero, own, cut[lo:hi], rows.lengths[own] - 1], axis=1)
+        if task == "nsp":  # B: segment B of the partner row
+            j = np.searchsorted(wanted, partner[negative])
+            segments[negative, 4:] = np.stack([np.ones(len(j), np.int64), j, cut[partner[negative]],
+                                               partner_rows.lengths[j] - 1], axis=1)
+        else:  # sop: A and B swapped
+            segments[negative] = segments[negative][:, [4, 5, 6, 7, 0, 1, 2, 3]]
+        fields = ("input_ids", "word_ids", "lex_ids")
+        _write_pairs(tuple(getattr(chunk, f) for f in fields), tuple(getattr(rows, f) for f in fields),
+                     tuple(getattr(partner_rows, f) for f in fields), segments, cls_id, sep_id, chunk.segment_b,
+                     chunk.lengths)
         if store is not None:
             store.append(chunk)
-        else:
-            parts.append(chunk)
     stats = {"pairs": n, "dropped_single_word_rows": int(dropped),
              "positive_share": round(float(labels.mean()), 4) if n else None}
-    return (store if store is not None else Packed.concat(parts, width)), stats
+    return (store if store is not None else pairs), stats
 
 
 def shard_rng(seed: int, objective: str, copy: int, shard: int) -> np.random.Generator:
