@@ -6,11 +6,15 @@ as the pipeline does it (``tasks/``) and the naive way, on the same real input, 
   ``executor.workers`` processes in shards of ``shards.rows``, then ``write_output``) vs a
   plain ``jieba.lcut`` loop.
 * mask: packed rows of the pipeline's corpus masked with each objective; the
-  pipeline's vectorised :func:`tasks.pretraining.masking.mask_batch` (one NumPy call per batch)
-  vs a per-example Python loop written the way the retired transformers
-  ``DataCollatorForWholeWordMask`` worked (group tokens into words, shuffle, pick
-  until the budget, then draw the replacement token by token), extended to the
+  pipeline's :func:`tasks.pretraining.masking.mask_batch` (NumPy draws for the whole batch,
+  compiled loops over rows) vs a per-example Python loop written the way the retired
+  transformers ``DataCollatorForWholeWordMask`` worked (group tokens into words, shuffle,
+  pick until the budget, then draw the replacement token by token), extended to the
   N-gram, Mac and PerLM rules.
+* pairs: the corpus packed with room for a middle [SEP] and turned into NSP and SOP segment
+  pairs; the pipeline's :func:`tasks.pretraining.pretraining_data.sentence_pairs` vs a
+  per-example Python loop (list the cut points, draw one, draw an NSP partner until it is of
+  another document, join and renumber the words).
 
 Prints chars/s and examples/s for both and the speed-up, and the peak memory the
 vectorised masking allocates (tracemalloc sees NumPy buffers). Needs the pipeline's
@@ -41,7 +45,7 @@ from tasks.corpus.segment import segment_step
 from tasks.corpus.similar_words import lexicon_ids, similar_words_from_table
 from tasks.corpus.tokenize import random_token_ids
 from tasks.pretraining.masking import MaskingConfig, mask_batch
-from tasks.pretraining.pretraining_data import masking_config, pack_documents
+from tasks.pretraining.pretraining_data import masking_config, pack_documents, sentence_pairs
 
 from results import write_results  # benchmarks/results.py (scripts run from their folder)
 
@@ -142,6 +146,43 @@ def naive_mask(ids: list[int], words: list[int], lex: list[int], cfg: MaskingCon
     return out, labels
 
 
+def naive_pairs(rows: list[tuple], task: str, rnd: random.Random, cls_id: int, sep_id: int,
+                width: int) -> list[tuple[list[int], list[int], int]]:
+    """One row at a time (``rows``: ``(input_ids, word_ids, piece_start, document)`` lists of a
+    row's tokens): ``(input_ids, word_ids, label)`` of its segment pair."""
+    kept = []
+    for ids, words, starts, doc in rows:
+        cands = [i for i in range(1, len(ids) - 1) if starts[i]][1:]
+        if not cands:
+            cands = [i for i in range(2, len(ids) - 1) if words[i] != words[i - 1]]
+        if cands:
+            kept.append((ids, words, rnd.choice(cands), doc))
+    pairs = []
+    for ids, words, cut, doc in kept:
+        a, b = (ids[1:cut], words[1:cut]), (ids[cut:-1], words[cut:-1])
+        label = int(rnd.random() < 0.5)
+        if label and task == "nsp":
+            while True:
+                other = kept[rnd.randrange(len(kept))]
+                if other[3] != doc:
+                    break
+            b = (other[0][other[2]:-1], other[1][other[2]:-1])
+        elif label:
+            a, b = b, a
+        room = width - 3 - len(a[0])
+        b = (b[0][:room], b[1][:room])
+        out_ids, out_words, word = [cls_id], [-1], -1
+        for seg_ids, seg_words in (a, b):
+            for t, (i, w) in enumerate(zip(seg_ids, seg_words)):
+                word += t == 0 or w != seg_words[t - 1]
+                out_ids.append(i)
+                out_words.append(word)
+            out_ids.append(sep_id)
+            out_words.append(-1)
+        pairs.append((out_ids, out_words, label))
+    return pairs
+
+
 # --------------------------------------------------------------------------- benchmark
 
 
@@ -219,6 +260,21 @@ def main() -> None:
         figures[f"mask_{name}"] = {"chars_per_sec": round(row_chars / ours), "examples_per_sec": round(n / ours),
                                    "peak_mb": round(peak / 2**20, 1), "naive_chars_per_sec": round(row_chars / naive),
                                    "speedup": round(naive / ours, 2)}
+    packed = pack_documents(tokens.column("doc_id").to_pylist(), ids, words, params.pretraining_data.max_seq_length,
+                            tokenizer.cls_token_id, tokenizer.sep_token_id, lex_ids=lex, reserve=1)
+    chars = int(char_len[packed.input_ids].sum())
+    rows_py = [(packed.input_ids[r, :n].tolist(), packed.word_ids[r, :n].tolist(), packed.piece_start[r, :n].tolist(),
+                int(packed.documents[r])) for r, n in enumerate(packed.lengths)]
+    print(f"pairs ({len(packed):,} rows, {chars:,} chars):")
+    for task in ("nsp", "sop"):
+        ours = best_time(lambda: sentence_pairs(packed, task, np.random.default_rng(0), tokenizer.cls_token_id,  # noqa: B023
+                                                tokenizer.sep_token_id), args.repeats)
+        naive = best_time(lambda: naive_pairs(rows_py, task, random.Random(0), tokenizer.cls_token_id,  # noqa: B023
+                                              tokenizer.sep_token_id, packed.input_ids.shape[1]), args.repeats)
+        print(f"{task:>10} pipeline {chars / ours:,.0f} chars/s, naive {chars / naive:,.0f} chars/s, "
+              f"x{naive / ours:.1f}")
+        figures[f"pairs_{task}"] = {"chars_per_sec": round(chars / ours), "naive_chars_per_sec": round(chars / naive),
+                                    "speedup": round(naive / ours, 2)}
     write_results("pretraining_data", {"rows": args.rows, "sentences": args.sentences, "repeats": args.repeats,
                                        "segment_workers": params.executor.workers,
                                        "segment_shard_rows": params.shards.rows}, figures)
