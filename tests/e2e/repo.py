@@ -41,7 +41,7 @@ def write_params(repo: Path, params: dict) -> None:
 
 @contextmanager
 def reproduced(repo: Path, params: dict, prefect_api: str) -> Iterator[tuple[dict, str]]:
-    """Create ``repo`` (the code, ``dvc.yaml`` and ``params``), run ``dvc repro`` in it under the
+    """Create ``repo`` (the code, ``dvc.yaml``, ``.dvcignore`` and ``params``), run ``dvc repro`` in it under the
     Prefect server at ``prefect_api`` and a fork server, as ``make repro`` does; yields the
     environment the commands ran with (the fork server lives until the ``with`` ends) and the output."""
     for name in ("tasks", "flows"):
@@ -51,5 +51,6 @@ def reproduced(repo: Path, params: dict, prefect_api: str) -> Iterator[tuple[dic
     env = {**os.environ, "PREFECT_API_URL": prefect_api, "PYTHONPATH": str(repo)}
     for cmd in (["git", "init", "-q"], ["dvc", "init", "-q"], ["dvc", "config", "core.analytics", "false"]):
         run(cmd, repo, env)
+    shutil.copy(ROOT / ".dvcignore", repo)  # the project's: code folders' caches (bytecode, Numba) are not deps
     with fork_server(env) as env:
         yield env, run(["dvc", "repro"], repo, env)
