@@ -22,8 +22,8 @@ Replacements (``MaskingConfig`` shares, ``keep`` is the rest):
   themselves and the labels are positions, not token ids.
 
 Every function works on whole batches at once (NumPy, and compiled loops over
-rows: no Python loop per example), takes an explicit :class:`numpy.random.Generator`, and is called both when
-static pretraining data is written and at batch time (dynamic masking, RoBERTa,
+rows: no Python loop per example), takes an explicit :class:`numpy.random.Generator`,
+and is called both when static pretraining data is written and at batch time (dynamic masking, RoBERTa,
 Liu et al. 2019, §4.1), so the two paths cannot drift apart.
 
 Conventions for a batch of ``N`` packed sequences of length ``L``:
@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+
 import numpy as np
 from numba import njit
 
@@ -130,9 +131,21 @@ def _count_at_most(edges: np.ndarray, values: np.ndarray) -> np.ndarray:
 # The selection rules are greedy loops over each row's units in a random order: compiled
 # (Numba, ``cache=True``: once per machine, into ``__pycache__``) they run each row in about a
 # microsecond, where vectorised NumPy needed a dozen passes over the batch. The kernels draw
-# nothing: the functions that call them draw every uniform with NumPy's Generator, in the same
-# order and number as before the kernels existed, so the data artifacts did not change. They
-# compare and count, never accumulate floats, so the result is the same on every machine.
+# nothing: the functions that call them draw every uniform with NumPy's Generator, in the order
+# and number the vectorised NumPy implementation drew them, so the data artifacts stayed the same
+# bytes. They compare and count, never accumulate floats: the same result on every machine.
+
+
+@njit(cache=True)
+def _sort_stable(keys: np.ndarray, values: np.ndarray, start: int, end: int) -> None:
+    """Sort ``keys[start:end]`` in place, moving ``values`` along; equal keys keep their order
+    (an insertion sort: the runs sorted here are a few dozen entries)."""
+    for a in range(start + 1, end):
+        k, v, i = keys[a], values[a], a
+        while i > start and keys[i - 1] > k:
+            keys[i], values[i] = keys[i - 1], values[i - 1]
+            i -= 1
+        keys[i], values[i] = k, v
 
 
 @njit(cache=True)
@@ -164,12 +177,7 @@ def _visits_between(priority: np.ndarray, lengths: np.ndarray, lo: float, hi: fl
         units[c] = u
         keys[c] = k
         c += (lo <= k) & (k < hi) & (lengths[u] > 0)
-    for a in range(1, c):
-        k, v, i = keys[a], units[a], a
-        while i > 0 and keys[i - 1] > k:
-            keys[i], units[i] = keys[i - 1], units[i - 1]
-            i -= 1
-        keys[i], units[i] = k, v
+    _sort_stable(keys, units, 0, c)
     return c
 
 
@@ -265,18 +273,12 @@ def _shuffle_within_rows(rows: np.ndarray, keys: np.ndarray) -> np.ndarray:
     """``np.lexsort((keys, rows))`` for non-decreasing ``rows`` (``int64 [M]``) and ``keys``
     (``float64 [M]``): each row's entries ordered by key, ties by index (a stable insertion sort
     per row; a row holds at most its prediction budget)."""
-    order = np.arange(len(rows))
+    order, keys = np.arange(len(rows)), keys.copy()
     start = 0
     for end in range(1, len(rows) + 1):
-        if end < len(rows) and rows[end] == rows[start]:
-            continue
-        for a in range(start + 1, end):
-            v, i = order[a], a
-            while i > start and keys[order[i - 1]] > keys[v]:
-                order[i] = order[i - 1]
-                i -= 1
-            order[i] = v
-        start = end
+        if end == len(rows) or rows[end] != rows[start]:
+            _sort_stable(keys, order, start, end)
+            start = end
     return order
 
 

@@ -112,12 +112,9 @@ class Packed:
 
     @staticmethod
     def concat(parts: list["Packed"], width: int) -> "Packed":
-        """The rows of ``parts`` in order (an empty ``[0, width]`` Packed for none; the part itself
-        for one)."""
+        """The rows of ``parts`` in order (an empty ``[0, width]`` Packed for none)."""
         if not parts:
             return Packed.empty(0, width)
-        if len(parts) == 1:
-            return parts[0]
         return Packed(*(np.concatenate([getattr(p, f) for p in parts]) for f in Packed.__dataclass_fields__))
 
 
