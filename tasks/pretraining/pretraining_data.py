@@ -19,10 +19,11 @@ function, masks each batch when it is drawn (:mod:`tasks.pretraining.pretrain`).
 Out of core: :func:`pack_corpus` streams the tokenized corpus by Parquet record
 batches (the open sequence and document carry across batches, so the rows are
 those of packing the whole table at once) and spills the packed rows to a
-:class:`PackedStore` on disk; :func:`sentence_pairs` and :func:`write_shards` read it
-a chunk (a shard) at a time, so peak memory depends on the shard size, not on
-the corpus size. NSP draws segment B from a uniformly chosen row of the whole
-corpus: that row is read from the store, not from memory.
+:class:`PackedStore` on disk; :func:`write_shards` reads it a shard at a time and
+:func:`sentence_pairs` through memory maps, writing a chunk of pairs at a time, so
+peak memory depends on the shard size, not on the corpus size (beyond a few
+bytes a row). NSP draws segment B from a uniformly chosen row of the whole
+corpus: that row is read from the mapped store, in place.
 
 Shards (``data/pretraining/<objective>/shard-NNNNN.arrow``) are uncompressed Arrow IPC
 files of one record batch, so that training memory-maps them and reads the
@@ -103,6 +104,10 @@ class Packed:
         """A ``[N]`` field (the :class:`PackedStore` interface)."""
         return getattr(self, name)
 
+    def fields(self, names: tuple[str, ...]) -> tuple[np.ndarray, ...]:
+        """Whole fields, as they are (the :class:`PackedStore` interface)."""
+        return tuple(getattr(self, name) for name in names)
+
     @staticmethod
     def empty(n: int, width: int) -> "Packed":
         """``n`` rows of padding only (word and lexicon ids -1, no sentence task)."""
@@ -173,6 +178,17 @@ class PackedStore:
         if name not in _ROW_FIELDS:
             raise ValueError(f"{name} is a [N, L] field; read it by rows")
         return self._read(name, slice(None))
+
+    def fields(self, names: tuple[str, ...]) -> tuple[np.ndarray, ...]:
+        """Whole fields as read-only memory maps (plain arrays over the mapped files): nothing
+        is read until touched, and the pages touched are file-backed, so the kernel can drop
+        them under memory pressure. A map lives as long as its array."""
+        out = []
+        for name in names:
+            shape = (self.n,) if name in _ROW_FIELDS else (self.n, self.width)
+            out.append(np.asarray(np.memmap(self._file(name), dtype=_DTYPES[name], mode="r", shape=shape))
+                       if self.n else np.zeros(shape, dtype=_DTYPES[name]))
+        return tuple(out)
 
 
 def masking_config(objective: Objective, data: PretrainingData) -> MaskingConfig:
@@ -359,15 +375,23 @@ def _cut_point(piece_start: np.ndarray, word_ids: np.ndarray, length: int, pick:
     """Where a row (``[L]`` fields) can be cut in two: its number of cut points if ``pick < 0``,
     else its ``pick``-th cut point (a position). The cut points are the body's sentence starts
     after its first one or, in a row of one sentence, its word starts after the first token."""
+    if pick < 0:  # counts: branch-free loops, which vectorise
+        starts = 0
+        for p in range(1, length - 1):
+            starts += piece_start[p]
+        if starts >= 2:
+            return starts - 1
+        words = 0
+        for p in range(2, length - 1):
+            words += word_ids[p] != word_ids[p - 1]
+        return words
     n = 0
     for p in range(1, length - 1):
         if piece_start[p]:
-            if pick >= 0 and n == pick + 1:
+            if n == pick + 1:
                 return p
             n += 1
-    if n >= 2:
-        return n - 1
-    n = 0
+    n = 0  # fewer than two sentence starts: a word start
     for p in range(2, length - 1):
         if word_ids[p] != word_ids[p - 1]:
             if n == pick:
@@ -390,30 +414,33 @@ def _put_segment(dst: tuple, k: int, at: int, src: tuple, row: int, start: int, 
     """Copy tokens ``start:stop`` of ``src`` row ``row`` (``(input_ids, word_ids, lex_ids)``) to
     ``dst`` row ``k`` from position ``at``, renumbering its words densely from ``word + 1`` (its
     first token starts one); returns the last word index written."""
-    (ids, words, lex), (out_ids, out_words, out_lex) = src, dst
+    ids, words, lex = src[0][row], src[1][row], src[2][row]
+    out_ids, out_words, out_lex = dst[0][k], dst[1][k], dst[2][k]
+    shift, prev = at - start, words[start - 1]
     for p in range(start, stop):
-        word += (p == start) | ((words[row, p] != words[row, p - 1]) & (words[row, p] >= 0))  # branch-free
-        out_ids[k, at + p - start] = ids[row, p]
-        out_words[k, at + p - start] = word
-        out_lex[k, at + p - start] = lex[row, p]
+        w = words[p]
+        word += (p == start) | ((w != prev) & (w >= 0))  # branch-free
+        prev = w
+        out_ids[p + shift] = ids[p]
+        out_words[p + shift] = word
+        out_lex[p + shift] = lex[p]
     return word
 
 
 @njit(cache=True)
-def _write_pairs(dst: tuple, own: tuple, partner: tuple, segments: np.ndarray, cls_id: int, sep_id: int,
+def _write_pairs(dst: tuple, src: tuple, segments: np.ndarray, cls_id: int, sep_id: int,
                  segment_b: np.ndarray, lengths: np.ndarray) -> None:
     """``[CLS] A [SEP] B [SEP]`` into row ``k`` of ``dst`` for each row of ``segments``
-    (``int64 [M, 8]``: source, row, start and stop of A, then of B; source 0 is ``own``, 1
-    ``partner``); B is cut to what fits the row."""
+    (``int64 [M, 6]``: row of ``src``, start and stop of A, then of B); B is cut to what fits."""
     width = dst[0].shape[1]
     for k in range(len(segments)):
-        a_src, a_row, a_start, a_stop, b_src, b_row, b_start, b_stop = segments[k]
+        a_row, a_start, a_stop, b_row, b_start, b_stop = segments[k]
         la = a_stop - a_start
         lb = min(b_stop - b_start, width - 3 - la)
         dst[0][k, 0] = cls_id
-        word = _put_segment(dst, k, 1, own if a_src == 0 else partner, a_row, a_start, a_stop, -1)
+        word = _put_segment(dst, k, 1, src, a_row, a_start, a_stop, -1)
         dst[0][k, 1 + la] = sep_id
-        _put_segment(dst, k, 2 + la, own if b_src == 0 else partner, b_row, b_start, b_start + lb, word)
+        _put_segment(dst, k, 2 + la, src, b_row, b_start, b_start + lb, word)
         dst[0][k, 2 + la + lb] = sep_id
         segment_b[k], lengths[k] = 2 + la, 3 + la + lb
 
@@ -433,17 +460,19 @@ def sentence_pairs(packed: Packed | PackedStore, task: str, rng: np.random.Gener
     * ``sop`` (ALBERT, Lan et al. 2020, §3.1 "inter-sentence coherence loss"): A and
       B are swapped; label 1 (swapped), else 0 (in order).
 
-    Two passes over ``chunk_rows`` rows at a time: the cuts (one draw per cuttable
-    row, in row order; kept as ``int32 [N]``), then, after the labels of all kept
-    rows (``int8 [n]``), the pairs with their NSP partners; a partner row is read
-    from ``packed`` wherever it lies. The draws are those of one pass over the whole
-    corpus in memory; memory holds ``[N]`` arrays of 17 bytes a row and two chunks.
+    Two passes: the cuts (one draw per cuttable row, in row order; kept as ``int32 [N]``),
+    then, after the labels of all kept rows (``int8 [n]``), the pairs with their NSP
+    partners, ``chunk_rows`` at a time. Both read the packed fields in place (a
+    :class:`PackedStore`'s through read-only memory maps, :meth:`PackedStore.fields`), so a
+    partner is read wherever it lies and nothing is copied but the pairs. Memory holds
+    ``[N]`` arrays (about 60 bytes a row) and one chunk of pairs.
 
     Args:
         packed: rows packed with ``reserve=1`` (room for the middle [SEP]), in memory
             or in a :class:`PackedStore`.
         task: ``"nsp"`` or ``"sop"``.
         out: folder of the :class:`PackedStore` of the pairs; None: the pairs in memory.
+        chunk_rows: pairs assembled at a time (memory only: the pairs do not depend on it).
     Returns:
         ``(pairs, stats)``: the pairs (``segment_b``, ``sentence_labels`` set; word ids
         dense over A then B) and counts.
@@ -452,61 +481,50 @@ def sentence_pairs(packed: Packed | PackedStore, task: str, rng: np.random.Gener
     """
     if task not in SENTENCE_TASKS:
         raise ValueError(f"unknown sentence task {task!r}; known: {', '.join(SENTENCE_TASKS)}")
-    total, width = len(packed), packed.rows(slice(0, 0)).input_ids.shape[1]
-    cut = np.zeros(total, dtype=np.int32)  # first body position of B
-    for start in range(0, total, chunk_rows):
-        rows = packed.rows(slice(start, start + chunk_rows))
-        pick = np.full(len(rows), -1, dtype=np.int64)
-        counts = _cuts(rows.piece_start, rows.word_ids, rows.lengths, pick)
-        cuttable = counts > 0
-        pick[cuttable] = rng.integers(0, counts[cuttable])  # the draws of one integers(count) per row
-        cut[start:start + len(rows)] = np.where(cuttable, _cuts(rows.piece_start, rows.word_ids, rows.lengths, pick), 0)
+    input_ids, word_ids, lex_ids, piece_start = packed.fields(("input_ids", "word_ids", "lex_ids", "piece_start"))
+    lengths, documents = packed.column("lengths"), packed.column("documents")
+    total, width = input_ids.shape
+    pick = np.full(total, -1, dtype=np.int64)
+    counts = _cuts(piece_start, word_ids, lengths, pick)
+    cuttable = counts > 0
+    pick[cuttable] = rng.integers(0, counts[cuttable])  # the draws of one integers(count) per row
+    cut = _cuts(piece_start, word_ids, lengths, pick)  # first position of B; 0: not cuttable (pick -1: no cut points)
     keep = np.flatnonzero(cut > 0)
-    dropped = total - len(keep)
-    cut = cut[keep]
-    n = len(keep)
+    cut = cut[keep].astype(np.int64)
+    n, stop = len(keep), lengths[keep].astype(np.int64) - 1  # stop: the body's end, before the last [SEP]
     labels = (rng.random(n) < 0.5).astype(np.int8)
-    # documents of the kept rows, non-decreasing (the packer numbers documents in order)
-    docs = packed.column("documents")[keep] if task == "nsp" else None
+    docs = documents[keep]  # non-decreasing (the packer numbers documents in order)
 
     store = PackedStore(out, width) if out is not None else None
     pairs = Packed.empty(n, width) if store is None else None  # in memory: written chunk by chunk in place
     for lo in range(0, n, chunk_rows):
         hi = min(lo + chunk_rows, n)
-        # the rows from this chunk's first kept row to its last (a view in memory), and the kept ones
-        rows = packed.rows(slice(keep[lo], keep[hi - 1] + 1))
-        own = keep[lo:hi] - keep[lo]
-        partner = np.zeros(hi - lo, dtype=np.int64)  # index into the kept rows
+        own = keep[lo:hi]
         if task == "nsp":  # a uniformly drawn row of another document (documents are contiguous)
             first = np.searchsorted(docs, docs[lo:hi], side="left")
             size = np.searchsorted(docs, docs[lo:hi], side="right") - first
             others = n - size
             # one double per row, drawn chunk by chunk: the stream of one draw of n doubles
             draw = np.minimum((rng.random(hi - lo) * others).astype(np.int64), np.maximum(others - 1, 0))
-            partner = np.where(draw < first, draw, draw + size)
+            partner = np.where(draw < first, draw, draw + size)  # index into the kept rows
             labels[lo:hi][others == 0] = 0  # a one-document corpus has no negatives
-        # the NSP partners of this chunk's negatives, read wherever they lie
-        wanted = np.unique(partner[labels[lo:hi] == 1]) if task == "nsp" else np.zeros(0, np.int64)
-        partner_rows = packed.rows(keep[wanted])
-        chunk = pairs.rows(slice(lo, hi)) if store is None else Packed.empty(hi - lo, width)
-        chunk.piece_start[:], chunk.documents[:] = rows.piece_start[own], rows.documents[own]
-        chunk.sentence_labels[:] = labels[lo:hi]
-        # A and B of each row as (source, row, start, stop): source 0 `rows`, 1 `partner_rows`
-        zero, negative = np.zeros(hi - lo, np.int64), labels[lo:hi] == 1
-        segments = np.stack([zero, own, zero + 1, cut[lo:hi], zero, own, cut[lo:hi], rows.lengths[own] - 1], axis=1)
+        negative = labels[lo:hi] == 1
+        # A and B of each row as (row, start, stop)
+        segments = np.stack([own, np.ones(hi - lo, np.int64), cut[lo:hi], own, cut[lo:hi], stop[lo:hi]], axis=1)
         if task == "nsp":  # B: segment B of the partner row
-            j = np.searchsorted(wanted, partner[negative])
-            segments[negative, 4:] = np.stack([np.ones(len(j), np.int64), j, cut[partner[negative]],
-                                               partner_rows.lengths[j] - 1], axis=1)
+            q = partner[negative]
+            segments[negative, 3:] = np.stack([keep[q], cut[q], stop[q]], axis=1)
         else:  # sop: A and B swapped
-            segments[negative] = segments[negative][:, [4, 5, 6, 7, 0, 1, 2, 3]]
-        fields = ("input_ids", "word_ids", "lex_ids")
-        _write_pairs(tuple(getattr(chunk, f) for f in fields), tuple(getattr(rows, f) for f in fields),
-                     tuple(getattr(partner_rows, f) for f in fields), segments, cls_id, sep_id, chunk.segment_b,
-                     chunk.lengths)
+            segments[negative] = segments[negative][:, [3, 4, 5, 0, 1, 2]]
+        chunk = pairs.rows(slice(lo, hi)) if store is None else Packed.empty(hi - lo, width)
+        np.take(piece_start, own, axis=0, out=chunk.piece_start)
+        chunk.documents[:] = docs[lo:hi]
+        chunk.sentence_labels[:] = labels[lo:hi]
+        _write_pairs((chunk.input_ids, chunk.word_ids, chunk.lex_ids), (input_ids, word_ids, lex_ids), segments,
+                     cls_id, sep_id, chunk.segment_b, chunk.lengths)
         if store is not None:
             store.append(chunk)
-    stats = {"pairs": n, "dropped_single_word_rows": int(dropped),
+    stats = {"pairs": n, "dropped_single_word_rows": int(total - n),
              "positive_share": round(float(labels.mean()), 4) if n else None}
     return (store if store is not None else pairs), stats
 
