@@ -23,6 +23,11 @@ this CPU's fp32 and bf16 matmul peaks, measured here.
   non-embedding parameters, T the padded length) plus 6 H V per predicted token (the vocabulary
   projection where it is needed); the same count for every side, so GFLOP/s ratios are speed
   ratios. Peaks: the best of ``torch.mm`` on 2048 x 2048 matrices in fp32 and bf16.
+* The ceiling: Hugging Face's step also projects every other position onto the vocabulary, so
+  it executes ``hf_flops_ratio`` times the pipeline's FLOPs: the pipeline's speed-up at equal
+  efficiency. ``fp32_peak_share_for_5x`` is the share of the fp32 peak the pipeline's whole step
+  would need for 5x. ``profile``: where one block of the pipeline's steps spends its CPU time
+  (``torch.profiler``, self time by operator group).
 
 Writes ``benchmarks/results/pretrain_step.json``::
 
@@ -60,6 +65,31 @@ def matmul_peak(dtype: torch.dtype, n: int = 2048, repeats: int = 5) -> float:
         torch.mm(a, b)
         best = min(best, time.perf_counter() - t0)
     return 2 * n**3 / best
+
+
+GROUPS = {"matmul": ("aten::mm", "aten::addmm", "aten::bmm"), "attention": ("scaled_dot_product",),
+          "gelu": ("aten::gelu",), "softmax_loss": ("log_softmax", "nll_loss"), "adamw": ("adamw",),
+          "clipping": ("linalg_vector_norm", "aten::mul_")}
+
+
+def profile_block(side: "Side", block: list[dict[str, torch.Tensor]]) -> dict:
+    """Shares of the self CPU time of ``side``'s steps on ``block`` by operator group (:data:`GROUPS`;
+    the first group whose pattern is in an operator's name, else ``other``), and the top operators."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for b in block:
+            side.step(b)
+    ops = [(e.key, e.self_cpu_time_total) for e in prof.key_averages()]
+    total = sum(t for _, t in ops)
+    shares = dict.fromkeys([*GROUPS, "other"], 0.0)
+    for name, t in ops:
+        group = next((g for g, patterns in GROUPS.items() if any(q in name for q in patterns)), "other")
+        shares[group] += t / total
+    top = sorted(ops, key=lambda o: -o[1])[:8]
+    return {"shares": {k: round(v, 3) for k, v in shares.items()},
+            "top_ops": {name: round(t / total, 3) for name, t in top},
+            "ms_per_step": round(total / 1e3 / len(block), 2)}
 
 
 class Side:
@@ -126,6 +156,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{torch.get_num_threads()} threads; matmul peaks fp32 {peaks['fp32'] / 1e9:,.0f} GFLOP/s, "
           f"bf16 {peaks['bf16'] / 1e9:,.0f} GFLOP/s")
     work: dict[str, list[float]] = {s.name: [0.0, 0.0, 0.0] for s in sides}  # tokens, FLOPs, seconds
+    executed = [0.0, 0.0]  # FLOPs of the pipeline's step and of HF's on the pipeline's batches
     for r in range(args.rounds):
         for side in sides:
             block = [data.batch(schedules[side.batch_scale](r * args.steps + i)) for i in range(args.steps)]
@@ -139,6 +170,10 @@ def main(argv: list[str] | None = None) -> int:
             padded = [b["input_ids"].numel() for b in block]
             flops = sum(n * flops_per_token(config, b["input_ids"].shape[1]) + 6 * config.hidden_size * vocab
                         * len(b["labels"]) for n, b in zip(padded, block))
+            if side.name == "pipeline":  # what HF's step executes on the same batches: logits at every position
+                executed[0] += flops
+                executed[1] += sum(n * (flops_per_token(config, b["input_ids"].shape[1]) + 6 * config.hidden_size
+                                        * vocab) for n, b in zip(padded, block))
             side.rates.append(tokens / seconds)
             for k, v in enumerate((tokens, flops, seconds)):
                 work[side.name][k] += v
@@ -159,6 +194,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name:>22} {f['tokens_per_sec']:>10,.0f} {f['gflops_per_sec']:>9.1f} "
               f"{f['fraction_of_fp32_peak']:>12.1%} {f['vs_hf']:>6.2f}x {f['vs_pipeline']:>11.2f}x {f['loss_after']:>7}")
     print(f"pipeline / hf: x{figures['pipeline']['vs_hf']:.2f}  (target >= 5)")
+    ratio = executed[1] / executed[0]
+    need = 5 * figures["hf"]["tokens_per_sec"] * executed[0] / work["pipeline"][0] / peaks["fp32"]
+    figures["ceiling"] = {"hf_flops_ratio": round(ratio, 2), "fp32_peak_share_for_5x": round(need, 3)}
+    print(f"ceiling: HF's step executes x{ratio:.2f} the pipeline's FLOPs (the speed-up at equal efficiency); "
+          f"5x would need the pipeline's whole step at {need:.0%} of the fp32 matmul peak")
+    block = [data.batch(schedules[1](args.rounds * args.steps + i)) for i in range(args.steps)]
+    figures["profile"] = profile_block(sides[0], block)
+    shares = figures["profile"]["shares"]
+    print(f"profile of the pipeline's step ({figures['profile']['ms_per_step']} ms CPU a step): "
+          + ", ".join(f"{k} {v:.0%}" for k, v in shares.items()))
     write_results("pretrain_step", {"objective": args.objective, "model": size.model_dump(), "batch_size": batch,
                                     "max_seq_length": params.pretraining_data.max_seq_length, "vocab": vocab,
                                     "steps_per_block": args.steps, "rounds": args.rounds, "data": described},
