@@ -18,6 +18,9 @@
   threads (``finetune.seed_workers: 1``) next to ``seeds_side_by_side``, one forked single-thread
   process per seed (:func:`tasks.training.seeds.map_seeds`); tokens/s over all seeds, model loading
   and evaluation included.
+* ``profile``: each side's operators over one epoch (``profiling.op_profile``): their CPU time a
+  step by group, next to the wall time a step; both run the same model, so the Trainer's extra
+  time is outside the model (its loop, its sampler's longer padded batches) and bounds the ratio.
 
 Writes ``benchmarks/results/finetune_step.json``::
 
@@ -46,6 +49,7 @@ from tasks.training.seeds import map_seeds
 
 sys.path.insert(0, str(Path(__file__).parent))
 from gpu_check import _Indices  # noqa: E402  (benchmarks/gpu_check.py)
+from profiling import op_profile  # noqa: E402  (benchmarks/profiling.py)
 from results import write_results  # noqa: E402  (benchmarks/results.py)
 
 
@@ -116,6 +120,13 @@ def main(argv: list[str] | None = None) -> int:
     figures = {side: {"wall_sec": round(s, 2), "tokens_per_sec": round(runs[side] * tokens / s, 1),
                       "examples_per_sec": round(runs[side] * len(train) * training.epochs / s, 1)}
                for side, s in best.items()}
+    one_epoch = training.model_copy(update={"epochs": 1})
+    steps = math.ceil(len(train) / training.batch_size)
+    for side, run in (("pipeline", run_pipeline), ("hf_trainer", run_trainer)):
+        wall = []
+        profile = op_profile(lambda: wall.append(run(family, model_dir, labels, train, one_epoch, seed)),  # noqa: B023
+                             steps)
+        figures[side]["profile"] = {"wall_ms_per_step": round(wall[0] * 1e3 / steps, 2), **profile}
     ratio = best["hf_trainer"] / best["pipeline"]
     seeds_ratio = best["seeds_in_turn"] / best["seeds_side_by_side"]
     print(f"finetune_step: {args.model} on {args.task} ({len(train):,} examples x {training.epochs} epochs, "
@@ -123,6 +134,10 @@ def main(argv: list[str] | None = None) -> int:
     for side, f in figures.items():
         print(f"{side:>18} {f['tokens_per_sec']:>10,.0f} tokens/s {f['wall_sec']:>8.1f} s")
     print(f"pipeline / Trainer tokens/s: x{ratio:.2f}  (target >= 2)")
+    for side in ("pipeline", "hf_trainer"):
+        prof = figures[side]["profile"]
+        print(f"profile, {side}: {prof['wall_ms_per_step']} ms a step (profiled), {prof['op_ms_per_step']} ms of it in "
+              "operators: " + ", ".join(f"{k} {v:.0%}" for k, v in prof["shares"].items()))
     print(f"{len(seeds)} seeds side by side / in turn (with evaluation): x{seeds_ratio:.2f}")
     write_results("finetune_step", {"model": args.model, "task": args.task, "epochs": training.epochs,
                                     "batch_size": training.batch_size, "examples": len(train), "seeds": seeds,

@@ -27,7 +27,7 @@ this CPU's fp32 and bf16 matmul peaks, measured here.
   it executes ``hf_flops_ratio`` times the pipeline's FLOPs: the pipeline's speed-up at equal
   efficiency. ``fp32_peak_share_for_5x`` is the share of the fp32 peak the pipeline's whole step
   would need for 5x. ``profile``: where one block of the pipeline's steps spends its CPU time
-  (``torch.profiler``, self time by operator group).
+  (``profiling.op_profile``: self time by operator group).
 
 Writes ``benchmarks/results/pretrain_step.json``::
 
@@ -52,6 +52,7 @@ from tasks.training.optim import optimizer_for
 
 sys.path.insert(0, str(Path(__file__).parent))
 from gpu_check import flops_per_token, load_data  # noqa: E402  (benchmarks/gpu_check.py)
+from profiling import op_profile  # noqa: E402  (benchmarks/profiling.py)
 from results import write_results  # noqa: E402  (benchmarks/results.py)
 
 
@@ -65,31 +66,6 @@ def matmul_peak(dtype: torch.dtype, n: int = 2048, repeats: int = 5) -> float:
         torch.mm(a, b)
         best = min(best, time.perf_counter() - t0)
     return 2 * n**3 / best
-
-
-GROUPS = {"matmul": ("aten::mm", "aten::addmm", "aten::bmm"), "attention": ("scaled_dot_product",),
-          "gelu": ("aten::gelu",), "softmax_loss": ("log_softmax", "nll_loss"), "adamw": ("adamw",),
-          "clipping": ("linalg_vector_norm", "aten::mul_")}
-
-
-def profile_block(side: "Side", block: list[dict[str, torch.Tensor]]) -> dict:
-    """Shares of the self CPU time of ``side``'s steps on ``block`` by operator group (:data:`GROUPS`;
-    the first group whose pattern is in an operator's name, else ``other``), and the top operators."""
-    from torch.profiler import ProfilerActivity, profile
-
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
-        for b in block:
-            side.step(b)
-    ops = [(e.key, e.self_cpu_time_total) for e in prof.key_averages()]
-    total = sum(t for _, t in ops)
-    shares = dict.fromkeys([*GROUPS, "other"], 0.0)
-    for name, t in ops:
-        group = next((g for g, patterns in GROUPS.items() if any(q in name for q in patterns)), "other")
-        shares[group] += t / total
-    top = sorted(ops, key=lambda o: -o[1])[:8]
-    return {"shares": {k: round(v, 3) for k, v in shares.items()},
-            "top_ops": {name: round(t / total, 3) for name, t in top},
-            "ms_per_step": round(total / 1e3 / len(block), 2)}
 
 
 class Side:
@@ -200,10 +176,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"ceiling: HF's step executes x{ratio:.2f} the pipeline's FLOPs (the speed-up at equal efficiency); "
           f"5x would need the pipeline's whole step at {need:.0%} of the fp32 matmul peak")
     block = [data.batch(schedules[1](args.rounds * args.steps + i)) for i in range(args.steps)]
-    figures["profile"] = profile_block(sides[0], block)
-    shares = figures["profile"]["shares"]
-    print(f"profile of the pipeline's step ({figures['profile']['ms_per_step']} ms CPU a step): "
-          + ", ".join(f"{k} {v:.0%}" for k, v in shares.items()))
+    figures["profile"] = op_profile(lambda: [sides[0].step(b) for b in block], len(block))
+    print(f"profile of the pipeline's step ({figures['profile']['op_ms_per_step']} ms of operators a step): "
+          + ", ".join(f"{k} {v:.0%}" for k, v in figures["profile"]["shares"].items()))
     write_results("pretrain_step", {"objective": args.objective, "model": size.model_dump(), "batch_size": batch,
                                     "max_seq_length": params.pretraining_data.max_seq_length, "vocab": vocab,
                                     "steps_per_block": args.steps, "rounds": args.rounds, "data": described},
