@@ -146,10 +146,10 @@ def main(argv: list[str] | None = None) -> int:
             padded = [b["input_ids"].numel() for b in block]
             flops = sum(n * flops_per_token(config, b["input_ids"].shape[1]) + 6 * config.hidden_size * vocab
                         * len(b["labels"]) for n, b in zip(padded, block))
-            if side.name == "pipeline":  # what HF's step executes on the same batches: logits at every position
+            if side.name == "pipeline":  # HF's step on the same batches projects every position, not only the masked
                 executed[0] += flops
-                executed[1] += sum(n * (flops_per_token(config, b["input_ids"].shape[1]) + 6 * config.hidden_size
-                                        * vocab) for n, b in zip(padded, block))
+                executed[1] += flops + sum(6 * config.hidden_size * vocab * (n - len(b["labels"]))
+                                           for n, b in zip(padded, block))
             side.rates.append(tokens / seconds)
             for k, v in enumerate((tokens, flops, seconds)):
                 work[side.name][k] += v
