@@ -162,12 +162,16 @@ class PackedStore:
                 np.ascontiguousarray(getattr(rows, name), dtype=dtype).tofile(f)
         self.n += len(rows)
 
-    def _read(self, name: str, index) -> np.ndarray:
+    def _map(self, name: str) -> np.ndarray:
+        """The whole field as a read-only memory map (a plain array over the mapped file; an
+        empty array while the store is empty). The map lives as long as the array."""
         shape = (self.n,) if name in _ROW_FIELDS else (self.n, self.width)
         if self.n == 0:
-            return np.zeros(shape, dtype=_DTYPES[name])[index]
-        mapped = np.memmap(self._file(name), dtype=_DTYPES[name], mode="r", shape=shape)
-        return np.array(mapped[index])  # a copy; the map is dropped on return
+            return np.zeros(shape, dtype=_DTYPES[name])
+        return np.asarray(np.memmap(self._file(name), dtype=_DTYPES[name], mode="r", shape=shape))
+
+    def _read(self, name: str, index) -> np.ndarray:
+        return np.array(self._map(name)[index])  # a copy; the map is dropped on return
 
     def rows(self, index: slice | np.ndarray) -> Packed:
         """The rows ``index`` (a slice or ``int [k]`` positions) in memory."""
@@ -180,15 +184,9 @@ class PackedStore:
         return self._read(name, slice(None))
 
     def fields(self, names: tuple[str, ...]) -> tuple[np.ndarray, ...]:
-        """Whole fields as read-only memory maps (plain arrays over the mapped files): nothing
-        is read until touched, and the pages touched are file-backed, so the kernel can drop
-        them under memory pressure. A map lives as long as its array."""
-        out = []
-        for name in names:
-            shape = (self.n,) if name in _ROW_FIELDS else (self.n, self.width)
-            out.append(np.asarray(np.memmap(self._file(name), dtype=_DTYPES[name], mode="r", shape=shape))
-                       if self.n else np.zeros(shape, dtype=_DTYPES[name]))
-        return tuple(out)
+        """Whole fields as read-only memory maps (:meth:`_map`): nothing is read until touched,
+        and the pages touched are file-backed, so the kernel can drop them under memory pressure."""
+        return tuple(self._map(name) for name in names)
 
 
 def masking_config(objective: Objective, data: PretrainingData) -> MaskingConfig:
