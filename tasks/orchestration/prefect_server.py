@@ -1,4 +1,4 @@
-"""Run a command against one local Prefect server, with a fork server for its stages.
+"""Run a command against one local Prefect server.
 
 Without ``PREFECT_API_URL`` every Prefect process starts a temporary server of
 its own (10-20 s on 2 cores), which a ``dvc repro`` of a dozen stages pays a
@@ -7,9 +7,7 @@ tasks.orchestration.prefect_server CMD...`` starts ``prefect server start`` once
 local port, runs ``CMD`` with ``PREFECT_API_URL`` pointing at it, and stops the
 server afterwards. Runs are stored in ``$PREFECT_HOME`` (default ``~/.prefect``),
 so ``prefect server start`` later shows them in the UI. When
-``PREFECT_API_URL`` is already set, ``CMD`` simply runs against that server. A fork server
-(:mod:`tasks.core.forkserver`) runs beside it for the same time, so that stage commands fork
-from a process that imported torch, transformers and Prefect once.
+``PREFECT_API_URL`` is already set, ``CMD`` simply runs against that server.
 """
 
 from __future__ import annotations
@@ -19,14 +17,12 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.request
 from contextlib import contextmanager
 from typing import Iterator
 
 import tasks  # noqa: F401  (offline defaults for the server process too)
-from tasks.core.forkserver import ENV, PRELOAD
 
 
 def _free_port() -> int:
@@ -71,33 +67,6 @@ def prefect_server(timeout: float = 120.0) -> Iterator[str]:
         log.close()
 
 
-@contextmanager
-def fork_server(env: dict[str, str], preload: tuple[str, ...] = PRELOAD,
-                timeout: float = 60.0) -> Iterator[dict[str, str]]:
-    """Start a fork server (:mod:`tasks.core.forkserver`) for the commands run with the
-    environment this yields (``env`` plus ``$ZHPLM_FORKSERVER``, its socket), and stop it on
-    exit. With ``ZHPLM_FORKSERVER`` already set (``0`` switches it off), yields ``env`` unchanged;
-    if the server does not start within ``timeout`` seconds, says so and yields it set to ``0``."""
-    if env.get(ENV):
-        yield env
-        return
-    with tempfile.TemporaryDirectory(prefix="zhplm-forkserver-") as folder:
-        env = {**env, ENV: os.path.join(folder, "socket")}
-        server = subprocess.Popen([sys.executable, "-m", "tasks.core.forkserver", env[ENV], *preload], env=env)
-        try:
-            # the socket is bound before the preload: wait for it, not for the imports
-            deadline = time.monotonic() + timeout
-            while not os.path.exists(env[ENV]) and server.poll() is None and time.monotonic() < deadline:
-                time.sleep(0.02)
-            if not os.path.exists(env[ENV]):
-                print(f"fork server: did not start within {timeout:.0f} s; every stage runs in its own process",
-                      file=sys.stderr)
-                env[ENV] = "0"
-            yield env
-        finally:
-            _stop(server)
-
-
 def _stop(server: subprocess.Popen) -> None:
     server.terminate()
     try:
@@ -113,9 +82,9 @@ def main(argv: list[str]) -> int:
         return 2
     # A terminated wrapper must still stop its server (the `finally` above), not orphan it.
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
-    with prefect_server() as api_url, fork_server({**os.environ, "PREFECT_API_URL": api_url}) as env:
+    with prefect_server() as api_url:
         print(f"Prefect API: {api_url}", file=sys.stderr)
-        child = subprocess.Popen(argv, env=env)
+        child = subprocess.Popen(argv, env={**os.environ, "PREFECT_API_URL": api_url})
         try:
             return child.wait()
         finally:

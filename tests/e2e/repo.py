@@ -11,16 +11,13 @@ from typing import Iterator
 
 import yaml
 
-from tasks.orchestration.prefect_server import fork_server
 from tests.conftest import ROOT
 
 
 def run(cmd: list[str], repo: Path, env: dict) -> str:
-    """Run ``cmd`` in ``repo``; its stdout, or a failed assertion with the output's tail (or with the
-    fork server's note that it declined a stage command)."""
+    """Run ``cmd`` in ``repo``; its stdout, or a failed assertion with the output's tail."""
     proc = subprocess.run(cmd, cwd=repo, env=env, capture_output=True, text=True)
     assert proc.returncode == 0, f"{' '.join(cmd)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
-    assert "fork server:" not in proc.stderr, proc.stderr  # no stage command was declined (see forkserver)
     return proc.stdout
 
 
@@ -42,8 +39,8 @@ def write_params(repo: Path, params: dict) -> None:
 @contextmanager
 def reproduced(repo: Path, params: dict, prefect_api: str) -> Iterator[tuple[dict, str]]:
     """Create ``repo`` (the code, ``dvc.yaml``, ``.dvcignore`` and ``params``), run ``dvc repro`` in it under the
-    Prefect server at ``prefect_api`` and a fork server, as ``make repro`` does; yields the
-    environment the commands ran with (the fork server lives until the ``with`` ends) and the output."""
+    Prefect server at ``prefect_api``, as ``make repro`` does; yields the environment the commands
+    ran with and the output."""
     for name in ("tasks", "flows"):
         shutil.copytree(ROOT / name, repo / name, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(ROOT / "dvc.yaml", repo)
@@ -52,5 +49,4 @@ def reproduced(repo: Path, params: dict, prefect_api: str) -> Iterator[tuple[dic
     for cmd in (["git", "init", "-q"], ["dvc", "init", "-q"], ["dvc", "config", "core.analytics", "false"]):
         run(cmd, repo, env)
     shutil.copy(ROOT / ".dvcignore", repo)  # the project's: code folders' caches (bytecode, Numba) are not deps
-    with fork_server(env) as env:
-        yield env, run(["dvc", "repro"], repo, env)
+    yield env, run(["dvc", "repro"], repo, env)

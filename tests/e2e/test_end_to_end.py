@@ -1,6 +1,6 @@
 """The whole pipeline through ``dvc repro`` on the test excerpts (a shrunk params.yaml):
-every stage runs its Prefect flow, forked from a fork server as under ``make repro``; a second
-repro does nothing; the data stages are byte-identical when forced to rerun in fresh processes; a sampling exponent reruns only what follows resampling;
+every stage runs its Prefect flow; a second repro does nothing; the data stages are
+byte-identical when forced to rerun; a sampling exponent reruns only what follows resampling;
 the Prefect pipeline flow walks the same graph; the compression stages' saved models load.
 (Every objective through DVC: ``test_objectives.py``.)"""
 
@@ -10,7 +10,6 @@ import shutil
 import pytest
 import yaml
 
-from tasks.core.forkserver import ENV
 from tests.conftest import small_params
 from tests.e2e.repo import lock_outs, ran_stages, reproduced, run, write_params
 
@@ -74,9 +73,8 @@ def test_data_stages_are_byte_identical_when_rerun(repo):
     repo, env, _ = repo
     before = lock_outs(repo)
     shutil.rmtree(repo / "data")
-    # in fresh processes: the first run's stages were forked from the fork server, and must not differ
     out = run(["dvc", "repro", "--force", "pretraining_data@mlm", "pretraining_data@wwm",
-               *(f"resample@{m}" for m in MIXTURES)], repo, {**env, ENV: "0"})
+               *(f"resample@{m}" for m in MIXTURES)], repo, env)
     assert set(DATA_STAGES) <= ran_stages(out)
     after = lock_outs(repo)
     data_outs = [p for p in before if p.startswith(("data/", "corpora/", "models/tokenizer"))]
