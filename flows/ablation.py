@@ -14,7 +14,8 @@ from prefect import flow, get_run_logger
 
 from tasks.core import paths
 from tasks.core.io import atomic_outputs
-from tasks.core.metrics import AblationMetrics, write_metrics
+from tasks.core.metrics.base import write_metrics
+from tasks.core.metrics.interpretability import AblationMetrics
 from tasks.core.model_dir import load_tokenizer
 from tasks.core.params import load_params
 from tasks.core.stage import run_stage

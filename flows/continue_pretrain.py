@@ -12,7 +12,8 @@ from transformers import AutoTokenizer
 
 from tasks.core import paths
 from tasks.core.io import atomic_outputs
-from tasks.core.metrics import ContinuePretrainMetrics, write_metrics
+from tasks.core.metrics.base import write_metrics
+from tasks.core.metrics.multilingual import ContinuePretrainMetrics
 from tasks.core.params import load_params
 from tasks.multilingual.continue_pretrain import (continue_checkpoint, evaluate_heldout, mixture_examples, pack_table,
                                                   resized_base_model)

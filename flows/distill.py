@@ -18,7 +18,8 @@ from tasks.compression.measure import evaluate_variant
 from tasks.core import paths
 from tasks.core.errors import ParamsError
 from tasks.core.io import atomic_outputs
-from tasks.core.metrics import DistillMetrics, write_metrics
+from tasks.core.metrics.base import write_metrics
+from tasks.core.metrics.compression import DistillMetrics
 from tasks.core.model_dir import load_model, load_tokenizer
 from tasks.core.params import load_params
 from tasks.core.stage import run_stage

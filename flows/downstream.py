@@ -13,11 +13,11 @@ from prefect import flow, get_run_logger
 
 from tasks.core import paths
 from tasks.core.io import atomic_outputs, write_parquet
-from tasks.core.metrics import DownstreamMetrics, write_metrics
+from tasks.core.metrics.base import write_metrics
+from tasks.core.metrics.downstream import DownstreamMetrics
 from tasks.core.params import load_params
 from tasks.core.stage import run_stage
-from tasks.downstream.downstream import prepare_task
-from tasks.downstream.families import FAMILIES
+from tasks.downstream.downstream import eval_texts, prepare_task
 
 
 @flow(name="downstream")
@@ -26,7 +26,7 @@ def downstream(task: str) -> None:
     spec = params.task(task)
     tables, stats = prepare_task(task, spec, paths.RAW, params.seed)
     get_run_logger().info(f"{task}: {stats['rows']}; malformed: {stats['malformed']['counts']}")
-    texts = [t for split in ("dev", "test") for t in FAMILIES[spec.family].texts(tables[split])]
+    texts = [t for split in ("dev", "test") for t in eval_texts(spec.family, tables[split])]
     with atomic_outputs(paths.DOWNSTREAM / task, paths.stage_metrics("downstream", task)) as (out, metrics):
         out.mkdir(parents=True)
         for split, table in tables.items():

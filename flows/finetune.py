@@ -18,7 +18,8 @@ from prefect import flow
 from tasks.core import paths
 from tasks.core.errors import ParamsError
 from tasks.core.io import atomic_outputs
-from tasks.core.metrics import FinetuneMetrics, write_metrics
+from tasks.core.metrics.base import write_metrics
+from tasks.core.metrics.downstream import FinetuneMetrics
 from tasks.core.model_dir import check_weights, load_tokenizer
 from tasks.core.params import load_params
 from tasks.downstream.families import FAMILIES, load_task_data

@@ -6,7 +6,8 @@ from prefect import flow
 
 from tasks.core import paths
 from tasks.core.io import atomic_outputs
-from tasks.core.metrics import CorpusMetrics, write_metrics
+from tasks.core.metrics.base import write_metrics
+from tasks.core.metrics.corpus import CorpusMetrics
 from tasks.core.params import load_params
 from tasks.core.stage import run_stage
 from tasks.corpus.ingest import ingest_corpus, load_eval_sentences

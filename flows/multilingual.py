@@ -9,7 +9,8 @@ from prefect import flow, get_run_logger
 
 from tasks.core import paths
 from tasks.core.io import atomic_outputs, read_json
-from tasks.core.metrics import MultilingualMetrics, write_metrics
+from tasks.core.metrics.base import write_metrics
+from tasks.core.metrics.multilingual import MultilingualMetrics
 from tasks.core.params import load_params
 from tasks.core.stage import run_stage
 from tasks.multilingual.multilingual import build_documents, iter_inputs

@@ -11,7 +11,8 @@ from transformers import AutoTokenizer
 
 from tasks.core import paths
 from tasks.core.io import atomic_outputs
-from tasks.core.metrics import PretrainMetrics, write_metrics
+from tasks.core.metrics.base import write_metrics
+from tasks.core.metrics.pretraining import PretrainMetrics
 from tasks.core.params import load_params
 from tasks.pretraining.modeling import prepare_model, pretraining_model, resolve_init_from, save_pretrained
 from tasks.pretraining.pretrain import PretrainingExamples, objective_masker, pretrain_checkpoint, train, write_log

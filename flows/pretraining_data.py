@@ -10,11 +10,12 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 from prefect import flow, get_run_logger
-from transformers import AutoTokenizer
+from transformers import BertTokenizerFast  # not AutoTokenizer, which imports torch
 
 from tasks.core import paths
 from tasks.core.io import atomic_outputs
-from tasks.core.metrics import PretrainingDataMetrics, write_metrics
+from tasks.core.metrics.base import write_metrics
+from tasks.core.metrics.pretraining import PretrainingDataMetrics
 from tasks.core.params import load_params
 from tasks.core.rng import named_rng
 from tasks.core.stage import run_stage
@@ -28,7 +29,7 @@ def pretraining_data(objective: str) -> None:
     params = load_params()
     spec, cfg = params.objective(objective), params.pretraining_data
     masking = masking_config(spec, cfg)
-    tokenizer = AutoTokenizer.from_pretrained(paths.TOKENIZER)
+    tokenizer = BertTokenizerFast.from_pretrained(paths.TOKENIZER)
     lexicon = pq.read_table(paths.LEXICON) if masking.similar else None
     stats = {"objective": objective}
     paths.PRETRAINING.mkdir(parents=True, exist_ok=True)

@@ -19,7 +19,8 @@ from tasks.compression.prune import (IMPORTANCE, Renumbered, importance, prune_c
 from tasks.core import paths
 from tasks.core.errors import ParamsError
 from tasks.core.io import atomic_outputs
-from tasks.core.metrics import PruneMetrics, write_metrics
+from tasks.core.metrics.base import write_metrics
+from tasks.core.metrics.compression import PruneMetrics
 from tasks.core.model_dir import load_tokenizer
 from tasks.core.params import load_params
 from tasks.core.stage import run_stage

@@ -9,7 +9,8 @@ from transformers import AutoTokenizer, BertForMaskedLM
 
 from tasks.core import paths
 from tasks.core.io import atomic_outputs
-from tasks.core.metrics import PruneVocabMetrics, write_metrics
+from tasks.core.metrics.base import write_metrics
+from tasks.core.metrics.multilingual import PruneVocabMetrics
 from tasks.core.params import load_params
 from tasks.core.stage import run_stage
 from tasks.multilingual.multilingual import read_documents

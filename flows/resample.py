@@ -8,11 +8,12 @@ import sys
 
 import numpy as np
 from prefect import flow, get_run_logger
-from transformers import AutoTokenizer
+from transformers import BertTokenizerFast  # not AutoTokenizer, which imports torch
 
 from tasks.core import paths
 from tasks.core.io import atomic_outputs
-from tasks.core.metrics import ResampleMetrics, write_metrics
+from tasks.core.metrics.base import write_metrics
+from tasks.core.metrics.multilingual import ResampleMetrics
 from tasks.core.params import load_params
 from tasks.core.stage import run_stage
 from tasks.multilingual.resample import resample, train_lengths, write_drawn
@@ -23,7 +24,7 @@ def resample_mixture(mixture: str) -> None:
     params = load_params()
     spec = params.multilingual
     alpha, beta = spec.mixture(mixture).alpha, spec.mixture(mixture).beta
-    tokenizer = AutoTokenizer.from_pretrained(paths.MULTILINGUAL_TOKENIZER)
+    tokenizer = BertTokenizerFast.from_pretrained(paths.MULTILINGUAL_TOKENIZER)
     names, codes, lengths = train_lengths(paths.MULTILINGUAL, tokenizer, params.shards.rows)
     keep = np.flatnonzero(lengths > 0)  # a document the tokenizer turns into nothing carries no text
     rows, copies, languages = resample(np.asarray(names, dtype=object)[codes[keep]], lengths[keep], alpha, beta,

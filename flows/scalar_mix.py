@@ -9,7 +9,8 @@ from prefect import flow
 
 from tasks.core import paths
 from tasks.core.io import atomic_outputs
-from tasks.core.metrics import ScalarMixMetrics, write_metrics
+from tasks.core.metrics.base import write_metrics
+from tasks.core.metrics.interpretability import ScalarMixMetrics
 from tasks.core.params import load_params
 from tasks.core.stage import run_stage
 from tasks.interpretability.scalar_mix import feature_based

@@ -9,7 +9,8 @@ from prefect import flow, get_run_logger
 
 from tasks.core import paths
 from tasks.core.io import atomic_outputs, stream_parquet
-from tasks.core.metrics import SegmentMetrics, write_metrics
+from tasks.core.metrics.base import write_metrics
+from tasks.core.metrics.corpus import SegmentMetrics
 from tasks.core.params import load_params
 from tasks.core.shards import remove_work, run_shards, write_output
 from tasks.core.stage import run_stage

@@ -5,11 +5,12 @@ import sys
 import time
 
 from prefect import flow, get_run_logger
-from transformers import AutoTokenizer
+from transformers import BertTokenizerFast  # not AutoTokenizer, which imports torch
 
 from tasks.core import paths
 from tasks.core.io import atomic_outputs, write_parquet
-from tasks.core.metrics import SimilarWordsMetrics, write_metrics
+from tasks.core.metrics.base import write_metrics
+from tasks.core.metrics.corpus import SimilarWordsMetrics
 from tasks.core.params import load_params
 from tasks.core.paths import source_file
 from tasks.core.stage import run_stage
@@ -21,7 +22,7 @@ def similar_words() -> None:
     spec = load_params().similar_words
     start = time.perf_counter()
     words, vectors = load_word_vectors(source_file(paths.RAW, spec.source, spec.file))
-    tokenizer = AutoTokenizer.from_pretrained(paths.TOKENIZER)
+    tokenizer = BertTokenizerFast.from_pretrained(paths.TOKENIZER)
     table, stats = build_lexicon(corpus_word_counts(paths.SEGMENTED), words, vectors, tokenizer, spec.neighbours)
     stats["wall_sec"] = round(time.perf_counter() - start, 2)
     get_run_logger().info(f"similar words: {stats}")

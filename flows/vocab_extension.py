@@ -5,11 +5,12 @@ to the base tokenizer (``models/tokenizer_multilingual``), and coverage measured
 import sys
 
 from prefect import flow, get_run_logger
-from transformers import AutoTokenizer
+from transformers import BertTokenizerFast  # not AutoTokenizer, which imports torch
 
 from tasks.core import paths
 from tasks.core.io import atomic_outputs
-from tasks.core.metrics import VocabExtensionMetrics, write_metrics
+from tasks.core.metrics.base import write_metrics
+from tasks.core.metrics.multilingual import VocabExtensionMetrics
 from tasks.core.params import load_params
 from tasks.core.paths import source_file
 from tasks.core.stage import run_stage
@@ -26,7 +27,7 @@ def vocab_extension() -> None:
     train = documents_by_language(read_documents(paths.MULTILINGUAL, "train"))
     heldout = documents_by_language(read_documents(paths.MULTILINGUAL, "heldout"))
     chinese_bert = load_vocab_tokenizer(source_file(paths.RAW, spec.vocab.coverage_vocab, "vocab.txt"))
-    base = AutoTokenizer.from_pretrained(paths.TOKENIZER)  # the tokenizer of every pipeline model
+    base = BertTokenizerFast.from_pretrained(paths.TOKENIZER)  # the tokenizer of every pipeline model
     base_vocab = vocabulary(base)
     # Languages are chosen on training text; coverage is reported on held-out text.
     train_unk = {lang: coverage(base, texts)["unk_rate"] for lang, texts in train.items()}

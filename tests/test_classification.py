@@ -8,8 +8,8 @@ from transformers import BertTokenizerFast
 
 from tasks.core.errors import SourceError
 from tasks.core.params import DownstreamTask
-from tasks.downstream.classification import (EncodedClassification, classification_metrics, deduplicate,
-                                             read_polarity_lines, split_table)
+from tasks.downstream.classification import EncodedClassification, classification_metrics
+from tasks.downstream.polarity import deduplicate, read_polarity_lines, split_table
 from tasks.downstream.downstream import prepare_task
 from tasks.downstream.finetune import read_scores, summarize, write_scores
 

@@ -14,12 +14,11 @@ from transformers import BertConfig, BertForSequenceClassification, BertTokenize
 from tasks.core.errors import ParamsError, SourceError
 from tasks.core.io import write_parquet
 from tasks.core.quality import Issues
-from tasks.downstream.classification import (METRICS, EncodedClassification, classification_metrics, score,
-                                             split_schema)
+from tasks.downstream.classification import METRICS, EncodedClassification, classification_metrics, score
 from tasks.downstream.clue import read_clue_jsonl
 from tasks.downstream.families import Classification
 from tasks.downstream.glue import GLUE_TASKS, glue_task, read_glue
-from tasks.downstream.records import table_labels
+from tasks.downstream.records import split_schema, table_labels
 from tasks.downstream.tables import read_table
 
 T = "\t"

@@ -16,9 +16,12 @@ import pytest
 
 from tasks.core.errors import MetricsError, PipelineError
 from tasks.core.io import to_json
-from tasks.core.metrics import (MODELS, CorpusMetrics, DownstreamMetrics, FinetuneTraining, Malformed, Metrics,
-                                PretrainMetrics, Record, ResampleMetrics, Scores, SeedSummary, model_for, read_metrics,
-                                write_metrics)
+from tasks.core.metrics.base import Metrics, read_metrics, Record, write_metrics
+from tasks.core.metrics.corpus import CorpusMetrics
+from tasks.core.metrics.downstream import DownstreamMetrics, FinetuneTraining, Malformed, Scores, SeedSummary
+from tasks.core.metrics.multilingual import ResampleMetrics
+from tasks.core.metrics.pretraining import PretrainMetrics
+from tasks.core.metrics.registry import model_for, MODELS
 from tasks.core.params import FAMILY_METRICS, Training, load_params
 from tests.conftest import ROOT
 

@@ -12,7 +12,8 @@ from transformers import BertTokenizerFast
 from tasks.core.errors import ParamsError, SourceError
 from tasks.core.quality import Issues
 from tasks.downstream.cmrc_metric import evaluate, gold_answers
-from tasks.downstream.mrc import MrcExample, MrcFeatures, gold_texts, read_squad
+from tasks.downstream.mrc import MrcFeatures
+from tasks.downstream.squad import MrcExample, gold_texts, read_squad
 from tasks.downstream.mrc_decode import decode, write_predictions
 from tasks.downstream.ner_mrc import DEFAULT_QUERIES, bio_spans, ner_to_mrc
 

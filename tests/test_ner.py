@@ -8,8 +8,8 @@ from transformers import BertConfig, BertForTokenClassification, BertTokenizerFa
 from tasks.core.errors import SourceError
 from tasks.core.quality import Issues
 from tasks.downstream.finetune import predict
-from tasks.downstream.ner import (EncodedNer, NerSentence, decode, entity_counts, label_list, ner_metrics,
-                                  read_conll)
+from tasks.downstream.conll import NerSentence, entity_counts, label_list, read_conll
+from tasks.downstream.ner import EncodedNer, decode, ner_metrics
 from tasks.training.batching import IGNORE_INDEX
 
 

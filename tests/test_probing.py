@@ -7,7 +7,8 @@ import torch
 from transformers import BertConfig, BertModel, BertTokenizerFast
 
 from tasks.core.errors import SourceError
-from tasks.downstream.ner import EncodedNer, NerSentence
+from tasks.downstream.conll import NerSentence
+from tasks.downstream.ner import EncodedNer
 from tasks.interpretability.probe import linear_probe, read_pos_tagged, tags_by_sentence, word_features
 
 

@@ -2,7 +2,8 @@
 
 import pytest
 
-from tasks.core.metrics import FinetuneMetrics, read_metrics
+from tasks.core.metrics.base import read_metrics
+from tasks.core.metrics.downstream import FinetuneMetrics
 from tasks.report import provenance
 from tests.conftest import ROOT
 

@@ -13,7 +13,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tasks.core.metrics import FinetuneMetrics, PruneMetrics, SeedSummary, read_metrics
+from tasks.core.metrics.base import read_metrics
+from tasks.core.metrics.compression import PruneMetrics
+from tasks.core.metrics.downstream import FinetuneMetrics, SeedSummary
 from tasks.core.params import Objective, Params
 from tasks.report.common import fmt, max_avg
 from tasks.report.comparison import comparison_section

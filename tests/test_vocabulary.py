@@ -6,8 +6,8 @@ import torch
 from transformers import BertConfig, BertForMaskedLM
 
 from tasks.corpus.tokenize import SPECIAL_TOKENS
-from tasks.multilingual.vocabulary import (coverage, extension_tokens, multilingual_tokenizer, parameter_count, prune_masked_lm,
-                                           resize_embeddings, used_token_ids, vocabulary)
+from tasks.multilingual.embeddings import parameter_count, prune_masked_lm, resize_embeddings
+from tasks.multilingual.vocabulary import coverage, extension_tokens, multilingual_tokenizer, used_token_ids, vocabulary
 
 BASE = SPECIAL_TOKENS + list("我们今天很好的人中国") + ["##们"]
 TIBETAN = ["འགྲོ་བ་མིའི་ཁྱིམ་ཚང་", "འགྲོ་བ་མི་ཡོངས་ལ་", "ཁྱིམ་ཚང་ཁག་གི་ནང་མི་"] * 5

@@ -39,16 +39,18 @@ import io
 import pickle
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from transformers import PreTrainedTokenizerBase
-
 from tasks.core.errors import SourceError
 from tasks.core.io import stream_parquet
 from tasks.core.stage import stage_task
+
+if TYPE_CHECKING:  # the stage itself needs no transformers: only a tokenizer's type
+    from transformers import PreTrainedTokenizerBase
+
 
 @dataclass(frozen=True)
 class SimilarWords:

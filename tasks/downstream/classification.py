@@ -1,10 +1,9 @@
-"""Sequence classification: data preparation, encoding, the mean-pooling head and metrics.
+"""Sequence classification: encoding, the mean-pooling head and metrics.
 
-Prepared splits share one schema (``data/downstream/<task>/{train,dev,test}.parquet``):
-``id`` (string), ``text_a`` (string), ``text_b`` (string, null for
-single-sentence tasks) and ``label``: an int64 class index (:data:`SPLIT_SCHEMA`)
-or, for regression tasks such as STS-B, a float64 score
-(:data:`REGRESSION_SPLIT_SCHEMA`). :class:`EncodedClassification` batches the
+Prepared splits share one schema (``data/downstream/<task>/{train,dev,test}.parquet``,
+:data:`tasks.downstream.records.SPLIT_SCHEMA`): ``id`` (string), ``text_a`` (string),
+``text_b`` (string, null for single-sentence tasks) and ``label``: an int64 class index
+or, for regression tasks such as STS-B, a float64 score. :class:`EncodedClassification` batches the
 first as ``torch.int64`` labels and the second as ``torch.float32`` labels, which is
 what a Hugging Face ``*ForSequenceClassification`` head with ``num_labels=1``
 needs for its MSE regression loss.
@@ -16,7 +15,6 @@ metrics (:func:`classification_metrics` is a fixed selection of it).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -24,60 +22,7 @@ import torch
 from transformers import AutoModel, PreTrainedTokenizerBase
 from transformers.modeling_outputs import SequenceClassifierOutput
 
-from tasks.core.io import numbered_lines
-from tasks.core.text import normalise
 from tasks.training.batching import pad_batch, ragged
-
-SPLIT_SCHEMA = pa.schema([("id", pa.string()), ("text_a", pa.string()), ("text_b", pa.string()),
-                          ("label", pa.int64())])
-REGRESSION_SPLIT_SCHEMA = SPLIT_SCHEMA.set(3, pa.field("label", pa.float64()))
-
-
-def split_schema(regression: bool = False) -> pa.Schema:
-    """:data:`REGRESSION_SPLIT_SCHEMA` for regression tasks, else :data:`SPLIT_SCHEMA`."""
-    return REGRESSION_SPLIT_SCHEMA if regression else SPLIT_SCHEMA
-
-
-def read_polarity_lines(files: dict[int, Path]) -> list[tuple[str, int, str]]:
-    """``(normalised text, label, origin)`` for every non-empty line of one-text-a-line files.
-
-    Args:
-        files: label -> file (e.g. ``{1: pos.txt, 0: neg.txt}``).
-    Raises:
-        SourceError: a file is not UTF-8 (names file and line).
-    """
-    out = []
-    for label, path in sorted(files.items()):
-        for number, line in numbered_lines(path):
-            text = normalise(line)
-            if text:
-                out.append((text, label, f"{path.name}:{number}"))
-    return out
-
-
-def deduplicate(records: list[tuple[str, int, str]]) -> tuple[list[tuple[str, int]], dict]:
-    """Collapse exact-duplicate texts; drop texts that occur with different labels.
-
-    Returns:
-        ``(examples, stats)``: unique ``(text, label)`` pairs sorted by text (so the
-        result does not depend on file order), and counts of what was dropped.
-    """
-    labels: dict[str, set[int]] = {}
-    for text, label, _ in records:
-        labels.setdefault(text, set()).add(label)
-    conflicts = sorted(t for t, ls in labels.items() if len(ls) > 1)
-    examples = sorted((t, next(iter(ls))) for t, ls in labels.items() if len(ls) == 1)
-    return examples, {"lines": len(records), "unique_texts": len(labels),
-                      "duplicate_lines": len(records) - len(labels),
-                      "conflicting_texts_dropped": len(conflicts), "examples": len(examples)}
-
-
-def split_table(task: str, rows: list[tuple[str, int]]) -> pa.Table:
-    """A single-sentence split as a :data:`SPLIT_SCHEMA` table (ids ``<task>-<n>``)."""
-    return pa.table({"id": [f"{task}-{i:06d}" for i in range(len(rows))], "text_a": [t for t, _ in rows],
-                     "text_b": pa.nulls(len(rows), pa.string()), "label": [label for _, label in rows]},
-                    schema=SPLIT_SCHEMA)
-
 
 @dataclass
 class EncodedClassification:

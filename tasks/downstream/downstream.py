@@ -14,8 +14,8 @@ ner             ``id, tokens: list<string>, tags: list<string>`` (BIO)
 mrc             ``id, question, context, answers: list<struct<text, start>>``
 ==============  ==========================================================
 
-Each loader reads one file into the family's records (:data:`LOADERS`); the families that
-encode and score these tables are in :mod:`tasks.downstream.families`.
+Each loader reads one file into the family's records (:data:`LOADERS`: one module per file
+format); the families that encode and score these tables are in :mod:`tasks.downstream.families`.
 """
 
 from __future__ import annotations
@@ -30,12 +30,12 @@ from tasks.core.params import DownstreamTask
 from tasks.core.paths import source_file
 from tasks.core.quality import Issues
 from tasks.core.stage import stage_task
-from tasks.downstream.classification import deduplicate, read_polarity_lines, split_table
 from tasks.downstream.clue import read_clue_jsonl
 from tasks.downstream.glue import read_glue
-from tasks.downstream.mrc import MrcExample, read_squad
-from tasks.downstream.ner import NerSentence, entity_counts, read_conll
+from tasks.downstream.conll import NerSentence, entity_counts, read_conll
 from tasks.downstream.ner_mrc import DEFAULT_QUERIES, ner_to_mrc
+from tasks.downstream.polarity import deduplicate, read_polarity_lines, split_table
+from tasks.downstream.squad import MrcExample, read_squad
 from tasks.downstream.tables import read_table
 
 NER_SCHEMA = pa.schema([("id", pa.string()), ("tokens", pa.list_(pa.string())), ("tags", pa.list_(pa.string()))])
@@ -65,6 +65,15 @@ def mrc_table(examples: list[MrcExample]) -> pa.Table:
 def mrc_examples(table: pa.Table) -> list[MrcExample]:
     return [MrcExample(r["id"], r["question"], r["context"], tuple((a["text"], a["start"]) for a in r["answers"]))
             for r in table.to_pylist()]
+
+
+def eval_texts(family: str, table: pa.Table) -> list[str]:
+    """The running text of a split of a ``family`` task, which ingest keeps out of the pretraining corpus."""
+    if family == "classification":
+        return [t for col in ("text_a", "text_b") for t in table.column(col).to_pylist() if t]
+    if family == "ner":
+        return ["".join(tokens) for tokens in table.column("tokens").to_pylist()]
+    return table.column("context").to_pylist() + table.column("question").to_pylist()
 
 
 # --------------------------------------------------------------------------- preparation

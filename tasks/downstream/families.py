@@ -1,8 +1,7 @@
 """The three task families (classification, CMRC-style MRC, NER) behind one typed protocol.
 
 A :class:`Family` turns a split table (schemas in :mod:`tasks.downstream.downstream`) into
-model inputs, builds the Hugging Face head, scores predictions, and names the text a
-split holds; :mod:`tasks.downstream.finetune` holds the one training loop that serves all
+model inputs, builds the Hugging Face head and scores predictions; :mod:`tasks.downstream.finetune` holds the one training loop that serves all
 three. :data:`FAMILIES` is the registry that ``params.yaml``'s ``family`` names, and
 :func:`load_task_data` is the one "read splits -> labels -> encode" of every stage that
 trains or scores on a task.
@@ -29,7 +28,8 @@ from tasks.downstream.downstream import mrc_examples, ner_sentences
 from tasks.downstream.finetune import predict
 from tasks.downstream.mrc import MrcFeatures
 from tasks.downstream.mrc_decode import decode as decode_spans
-from tasks.downstream.ner import EncodedNer, decode as decode_tags, label_list, ner_metrics
+from tasks.downstream.conll import label_list
+from tasks.downstream.ner import EncodedNer, decode as decode_tags, ner_metrics
 from tasks.downstream.records import table_labels
 
 
@@ -49,9 +49,6 @@ class Family(Protocol):
     def evaluate(self, model: torch.nn.Module, data: Any, table: pa.Table, training: Training,
                  labels: list[str] | None, metrics: list[str], device: torch.device) -> tuple[dict, Any]:
         """``(scores by metric name, predictions)``: rows, or the official MRC ``{id: answer}``."""
-
-    def texts(self, table: pa.Table) -> list[str]:
-        """The running text of a split, to keep out of the pretraining corpus."""
 
 
 def _dropout(dropout: float) -> dict:
@@ -89,9 +86,6 @@ class Classification:
                 for i, g, p in zip(table.column("id").to_pylist(), gold, pred)]
         return score(metrics, gold, pred), rows
 
-    def texts(self, table):
-        return [t for col in ("text_a", "text_b") for t in table.column(col).to_pylist() if t]
-
 
 class Ner:
     """Token classification with BIO tags; entity-level F1 (seqeval)."""
@@ -116,9 +110,6 @@ class Ner:
                 for i, t, g, p in zip(table.column("id").to_pylist(), table.column("tokens").to_pylist(), gold, pred)]
         return {**{m: result[m] for m in metrics}, "per_type": result["per_type"]}, rows
 
-    def texts(self, table):
-        return ["".join(tokens) for tokens in table.column("tokens").to_pylist()]
-
 
 class Mrc:
     """Span extraction over sliding windows; the official CMRC 2018 EM/F1."""
@@ -141,9 +132,6 @@ class Mrc:
                                max_answer_length=training.max_answer_length)
         result = cmrc_metric.evaluate({e.id: [t for t, _ in e.answers] for e in examples}, answers)
         return {m: result[m] for m in metrics}, answers
-
-    def texts(self, table):
-        return table.column("context").to_pylist() + table.column("question").to_pylist()
 
 
 FAMILIES: dict[str, Family] = {"classification": Classification(), "ner": Ner(), "mrc": Mrc()}

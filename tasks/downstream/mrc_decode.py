@@ -20,7 +20,8 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from tasks.core.io import write_json_atomic
-from tasks.downstream.mrc import MrcExample, MrcFeatures
+from tasks.downstream.mrc import MrcFeatures
+from tasks.downstream.squad import MrcExample
 
 
 def _rows(logits: np.ndarray | Sequence[np.ndarray]) -> Iterable[np.ndarray]:

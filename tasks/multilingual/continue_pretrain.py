@@ -34,7 +34,7 @@ from tasks.core.rng import named_rng
 from tasks.core.stage import stage_task
 from tasks.corpus.tokenize import random_token_ids
 from tasks.multilingual.fast_mlm import GroupedExamples
-from tasks.multilingual.vocabulary import resize_embeddings
+from tasks.multilingual.embeddings import resize_embeddings
 from tasks.pretraining.masking import MaskingConfig, mask_batch
 from tasks.pretraining.pretrain import DynamicMasker, checkpoint_fingerprint
 from tasks.pretraining.pretraining_data import pack_documents
@@ -160,7 +160,7 @@ def mixture_examples(tokenizer: PreTrainedTokenizerBase, mix: pa.Table, mixture:
 
 def resized_base_model(model_dir, vocab_size: int, seed: int) -> tuple[BertForMaskedLM, int]:
     """The masked LM in ``model_dir`` with its embeddings resized to ``vocab_size``
-    (:func:`tasks.multilingual.vocabulary.resize_embeddings`), and its old vocabulary size."""
+    (:func:`tasks.multilingual.embeddings.resize_embeddings`), and its old vocabulary size."""
     model = BertForMaskedLM.from_pretrained(model_dir)
     old_vocab = model.config.vocab_size
     resize_embeddings(model, vocab_size, seed)

@@ -1,5 +1,5 @@
 """Stage ``prune_vocab``'s work: a continued-pretrained model pruned to the tokens of some
-languages' training text (:func:`tasks.multilingual.vocabulary.prune_masked_lm`), checked to
+languages' training text (:func:`tasks.multilingual.embeddings.prune_masked_lm`), checked to
 tokenize that text as before and to give the same logits on held-out text whose tokens
 are all kept (:func:`check_logits`)."""
 
@@ -12,8 +12,8 @@ from transformers import BertForMaskedLM, BertTokenizerFast, PreTrainedTokenizer
 
 from tasks.core.stage import stage_task
 from tasks.multilingual.continue_pretrain import concat_sequences, pack_by_language
-from tasks.multilingual.vocabulary import (multilingual_tokenizer, parameter_count, prune_masked_lm, used_token_ids,
-                                           vocabulary)
+from tasks.multilingual.embeddings import parameter_count, prune_masked_lm
+from tasks.multilingual.vocabulary import multilingual_tokenizer, used_token_ids, vocabulary
 from tasks.training.batching import pad_batch
 
 

@@ -13,7 +13,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from tasks.core.metrics import Metrics, SeedSummary, read_metrics  # noqa: E402
+from tasks.core.metrics.base import Metrics, read_metrics  # noqa: E402
+from tasks.core.metrics.downstream import SeedSummary  # noqa: E402
 from tasks.report.templating import ENV  # noqa: E402
 
 M = TypeVar("M", bound=Metrics)

@@ -3,7 +3,7 @@ cells, and which of the gaps between objectives are within seed noise."""
 
 from __future__ import annotations
 
-from tasks.core.metrics import FinetuneMetrics
+from tasks.core.metrics.downstream import FinetuneMetrics
 from tasks.report.common import max_avg, table
 from tasks.report.templating import render_blocks
 

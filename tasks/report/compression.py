@@ -8,7 +8,8 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 
-from tasks.core.metrics import DistillMetrics, PruneMetrics, SeedSummary, Variant
+from tasks.core.metrics.compression import DistillMetrics, PruneMetrics, Variant
+from tasks.core.metrics.downstream import SeedSummary
 from tasks.report.common import fmt, load_metrics, save_figure, seed_spread, spread_verdict, table
 from tasks.report.finetune import fraction
 from tasks.report.templating import render_blocks

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tasks.core.metrics import CorpusMetrics, DownstreamMetrics, SegmentMetrics, TokenizeMetrics
+from tasks.core.metrics.corpus import CorpusMetrics, SegmentMetrics, TokenizeMetrics
+from tasks.core.metrics.downstream import DownstreamMetrics
 from tasks.report.common import fmt, load_metrics, table
 from tasks.report.templating import render_blocks
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 
-from tasks.core.metrics import FinetuneMetrics, Scores, SeedSummary
+from tasks.core.metrics.downstream import FinetuneMetrics, Scores, SeedSummary
 from tasks.report.common import load_metrics, save_bars, seed_spread, spread_verdict, table
 from tasks.report.templating import render_blocks
 

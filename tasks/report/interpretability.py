@@ -12,8 +12,8 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 
-from tasks.core.metrics import (AblationMetrics, AttributionsMetrics, FinetuneMetrics, FinetuneRun, ProbeMetrics,
-                                ScalarMixMetrics)
+from tasks.core.metrics.downstream import FinetuneMetrics, FinetuneRun
+from tasks.core.metrics.interpretability import AblationMetrics, AttributionsMetrics, ProbeMetrics, ScalarMixMetrics
 from tasks.core.params import Params
 from tasks.interpretability.ablation import ZONE_LABELS, ZONES
 from tasks.interpretability.attributions import attribution_html

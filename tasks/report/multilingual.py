@@ -9,8 +9,8 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 
-from tasks.core.metrics import (ContinuePretrainMetrics, LanguageSample, MultilingualMetrics, PruneVocabMetrics,
-                                ResampleMetrics, VocabExtensionMetrics)
+from tasks.core.metrics.multilingual import (ContinuePretrainMetrics, LanguageSample, MultilingualMetrics,
+                                             PruneVocabMetrics, ResampleMetrics, VocabExtensionMetrics)
 from tasks.report.common import fmt, load_metrics, loaded, save_bars, table
 from tasks.report.templating import render_blocks
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 
-from tasks.core.metrics import PretrainingDataMetrics, PretrainMetrics
+from tasks.core.metrics.pretraining import PretrainingDataMetrics, PretrainMetrics
 from tasks.core.params import Objective
 from tasks.report.common import fmt, load_metrics, read_csv, save_figure, table
 from tasks.report.templating import render_blocks

@@ -9,7 +9,8 @@ from pathlib import Path
 import yaml
 
 from tasks.core.errors import MetricsError
-from tasks.core.metrics import FinetuneMetrics, parse_metrics
+from tasks.core.metrics.base import parse_metrics
+from tasks.core.metrics.downstream import FinetuneMetrics
 from tasks.report.common import fmt, seed_spread, spread_verdict, table
 from tasks.report.finetune import as_fractions
 

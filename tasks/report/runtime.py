@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tasks.core.metrics import PretrainMetrics, SegmentMetrics
+from tasks.core.metrics.corpus import SegmentMetrics
+from tasks.core.metrics.pretraining import PretrainMetrics
 from tasks.report.common import fmt, load_metrics, table
 
 

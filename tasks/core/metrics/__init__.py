@@ -4,6 +4,8 @@ for their keys.
 Each model is written by its stage (``write_metrics(path, Model(**values))`` in
 ``flows/<stage>.py``) and read by the report (``read_metrics(path, Model)``, then attribute
 access), so a key renamed on one side fails on the other, not silently in a template.
+:mod:`.base` holds the writer and the reader, one module per pipeline section holds its models,
+and this package imports none of them: a stage depends on its own models only.
 Models are strict: every key declared (extra keys refused), types checked without coercion
 (``"3"`` is no number and ``1`` no boolean; an integer passes for a float).
 Reading a file that does not match its model raises :class:`tasks.core.errors.MetricsError`,
@@ -16,7 +18,8 @@ the declaration order groups fields for the reader), and a file read and written
 byte-identical. A field without a default is in every file; one declared ``= absent()`` is
 left out by some runs (:mod:`tasks.core.metrics.base`).
 
-Files, their models and the stages that write them:
+Files, their models and the stages that write them (:data:`.registry.MODELS` maps each kind
+to its model):
 
 * ``corpus.json``: :class:`CorpusMetrics`, stage ``ingest``
 * ``segment.json``: :class:`SegmentMetrics`, stage ``segment``
@@ -42,47 +45,3 @@ Units are in the fields' descriptions: ``*_sec`` are wall-clock seconds, ``*_per
 per wall-clock second, ``peak_memory_mb`` MiB; rates and shares are fractions (0-1) except
 MRC scores, which are percentages (:mod:`tasks.core.metrics.downstream`).
 """
-
-from __future__ import annotations
-
-import os
-from pathlib import Path
-
-from tasks.core.metrics.base import Metrics, Record, parse_metrics, read_metrics, write_metrics
-from tasks.core.metrics.compression import CompressedRun, DistillMetrics, PruneMetrics, Size, Variant
-from tasks.core.metrics.corpus import (CorpusMetrics, Dropped, LanguageCounts, SegmentMetrics, SimilarWordsMetrics,
-                                       TokenizeMetrics)
-from tasks.core.metrics.downstream import (Deduplication, DownstreamMetrics, EntityScores, Family, FinetuneMetrics,
-                                           FinetuneRun, FinetuneTraining, FitSummary, Malformed, Scores, SeedSummary)
-from tasks.core.metrics.interpretability import (AblationEvaluation, AblationMetrics, AttributedExample,
-                                                 AttributionsMetrics, FeatureBasedRun, Probe, ProbeLayer, ProbeMetrics,
-                                                 ScalarMixMetrics)
-from tasks.core.metrics.multilingual import (BeforeAfter, ContinuePretrainMetrics, Coverage, Heldout, HeldoutMlm,
-                                             LanguageDocuments, LanguageSample, MissingInput, MultilingualMetrics,
-                                             PruneVocabMetrics, ResampleMetrics, TokenizerCoverage,
-                                             VocabExtensionMetrics)
-from tasks.core.metrics.pretraining import PretrainingDataMetrics, PretrainMetrics, PretrainSummary
-
-MODELS: dict[str, type[Metrics]] = {model.kind(): model for model in (
-    CorpusMetrics, SegmentMetrics, TokenizeMetrics, SimilarWordsMetrics, DownstreamMetrics, PretrainingDataMetrics,
-    PretrainMetrics, FinetuneMetrics, MultilingualMetrics, VocabExtensionMetrics, ResampleMetrics,
-    ContinuePretrainMetrics, PruneVocabMetrics, AblationMetrics, ProbeMetrics, ScalarMixMetrics,
-    AttributionsMetrics, DistillMetrics, PruneMetrics)}
-"""Kind (the first part of the path under ``metrics/``, without ``.json``) -> model."""
-
-
-def model_for(path: str | os.PathLike, root: str | os.PathLike = "metrics") -> type[Metrics]:
-    """The model of the metrics file at ``path`` (a path under ``root``)."""
-    kind = Path(path).relative_to(root).parts[0].removesuffix(".json")
-    return MODELS[kind]
-
-
-__all__ = ["AblationEvaluation", "AblationMetrics", "AttributedExample", "AttributionsMetrics", "BeforeAfter",
-           "CompressedRun", "ContinuePretrainMetrics", "CorpusMetrics", "Coverage", "Deduplication", "DistillMetrics",
-           "DownstreamMetrics", "Dropped", "EntityScores", "Family", "FeatureBasedRun", "FinetuneMetrics",
-           "FinetuneRun", "FinetuneTraining", "FitSummary", "Heldout", "HeldoutMlm", "LanguageCounts",
-           "LanguageDocuments", "LanguageSample", "Malformed", "Metrics", "MissingInput", "model_for", "MODELS",
-           "MultilingualMetrics", "parse_metrics", "PretrainingDataMetrics", "PretrainMetrics", "PretrainSummary",
-           "Probe", "ProbeLayer", "ProbeMetrics", "PruneMetrics", "PruneVocabMetrics", "read_metrics", "Record",
-           "ResampleMetrics", "ScalarMixMetrics", "Scores", "SeedSummary", "SegmentMetrics", "SimilarWordsMetrics",
-           "Size", "TokenizeMetrics", "TokenizerCoverage", "Variant", "VocabExtensionMetrics", "write_metrics"]
