@@ -8,11 +8,16 @@ export PATH := $(BIN):$(PATH)
 
 setup: $(VENV)/.installed
 
-# torch first, from the pinned CPU wheel (an unpinned torch pulls GBs of CUDA packages),
-# then the project with every transitive version pinned by constraints.txt.
+# Python 3.11 (constraints.txt pins wheels resolved for it); torch first, pinned (on a stock
+# PyPI index its Linux x86-64 wheel is the CUDA build, about 3 GB with its nvidia-* wheels: set
+# TORCH_INDEX=https://download.pytorch.org/whl/cpu for the CPU build), then the project with every
+# transitive version pinned by constraints.txt.
+TORCH_INDEX ?=
 $(VENV)/.installed: pyproject.toml constraints.txt
+	@python3 -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' || \
+		{ echo "make setup: needs Python 3.11 as python3 (found $$(python3 --version 2>&1))"; exit 1; }
 	python3 -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet torch==2.13.0
+	$(BIN)/python -m pip install --quiet torch==2.13.0 $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[test]"
 	touch $@
 
@@ -46,8 +51,10 @@ bench: setup
 gpu-check: setup
 	python benchmarks/gpu_check.py --steps $(or $(STEPS),300)
 
+# The same DAG as one Prefect flow (one task per stage, each a `dvc repro --single-item`), against
+# the shared local Prefect server; `python -m flows.pipeline serve` schedules it (docs/orchestration.md).
 pipeline: setup
-	python -m flows.pipeline
+	python -m tasks.orchestration.prefect_server python -m flows.pipeline
 
 clean-venv:
 	rm -rf $(VENV)

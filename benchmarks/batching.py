@@ -29,7 +29,7 @@ import torch
 
 from tasks.core import paths
 from tasks.core.errors import SourceError
-from tasks.pretraining.pretrain import PretrainingExamples
+from tasks.pretraining.examples import PretrainingExamples
 from tasks.pretraining.pretraining_data import read_shards
 from tasks.training.batching import BatchSchedule, RaggedTake, pad_batch
 

@@ -29,7 +29,7 @@ from tasks.core import paths
 from tasks.core.model_dir import load_model, load_tokenizer
 from tasks.core.params import load_params
 from tasks.downstream.families import FAMILIES, load_task_data
-from tasks.downstream.finetune import load_finetuned, model_file
+from tasks.downstream.finetuned import load_finetuned, model_file
 
 sys.path.insert(0, str(Path(__file__).parent))
 from results import write_results  # noqa: E402  (benchmarks/results.py)

@@ -44,8 +44,10 @@ import torch
 from tasks.core import paths
 from tasks.core.params import load_params
 from tasks.pretraining.modeling import PretrainingModel, bert_config, new_masked_lm, prepare_model
-from tasks.pretraining.pretrain import PretrainingExamples, objective_masker, train
-from tasks.pretraining.pretraining_data import masking_config, read_shards
+from tasks.pretraining.examples import PretrainingExamples, objective_masker
+from tasks.pretraining.pretrain import train
+from tasks.pretraining.masking import masking_config
+from tasks.pretraining.pretraining_data import read_shards
 
 sys.path.insert(0, str(Path(__file__).parent))
 from results import write_results  # noqa: E402  (benchmarks/results.py)

@@ -34,8 +34,11 @@ from tasks.core import paths
 from tasks.core.params import load_params
 from tasks.corpus.tokenize import random_token_ids
 from tasks.pretraining.modeling import PretrainingModel, bert_config, new_masked_lm
-from tasks.pretraining.pretrain import DynamicMasker, PretrainingExamples, total_steps_for
-from tasks.pretraining.pretraining_data import Packed, masking_config, pack_stream
+from tasks.pretraining.examples import DynamicMasker, PretrainingExamples
+from tasks.pretraining.pretrain import total_steps_for
+from tasks.pretraining.masking import masking_config
+from tasks.pretraining.packed import Packed
+from tasks.pretraining.packing import pack_stream
 from tasks.training.batching import BatchSchedule
 from tasks.training.optim import optimizer_for
 

@@ -12,7 +12,7 @@ as the pipeline does it (``tasks/``) and the naive way, on the same real input, 
   pick until the budget, then draw the replacement token by token), extended to the
   N-gram, Mac and PerLM rules.
 * pairs: the corpus packed with room for a middle [SEP] and turned into NSP and SOP segment
-  pairs; the pipeline's :func:`tasks.pretraining.pretraining_data.sentence_pairs` vs a
+  pairs; the pipeline's :func:`tasks.pretraining.pairing.sentence_pairs` vs a
   per-example Python loop (list the cut points, draw one, draw an NSP partner until it is of
   another document, join and renumber the words).
 
@@ -45,7 +45,9 @@ from tasks.corpus.segment import segment_step
 from tasks.corpus.similar_words import lexicon_ids, similar_words_from_table
 from tasks.corpus.tokenize import random_token_ids
 from tasks.pretraining.masking import MaskingConfig, mask_batch
-from tasks.pretraining.pretraining_data import masking_config, pack_documents, sentence_pairs
+from tasks.pretraining.masking import masking_config
+from tasks.pretraining.packing import pack_documents
+from tasks.pretraining.pairing import sentence_pairs
 
 from results import write_results  # benchmarks/results.py (scripts run from their folder)
 

@@ -39,9 +39,9 @@ def continue_pretrain(mixture: str) -> None:
     before = evaluate("before")
     data, langs = mixture_examples(tokenizer, pq.read_table(paths.MIXTURES / f"{mixture}.parquet"), mixture,
                                    data_cfg, seed)
-    checkpoint, fingerprint = continue_checkpoint(params, mixture)
-    logger.info(f"{mixture}: {len(data)} sequences, vocabulary {old_vocab} -> {len(tokenizer)}, device {device}")
     cfg = params.pretrain.model_copy(update=spec.pretrain.model_dump(exclude={"fast_mlm"}))
+    checkpoint, fingerprint = continue_checkpoint(params, mixture, cfg)
+    logger.info(f"{mixture}: {len(data)} sequences, vocabulary {old_vocab} -> {len(tokenizer)}, device {device}")
     vocabularies = language_vocabularies(data, len(langs)) if spec.pretrain.fast_mlm else None
     trainee = FastMLM(model, vocabularies) if vocabularies else PretrainingModel(model)
     trainee = prepare_model(trainee, cfg, device)  # TF32, activation checkpointing, compile

@@ -16,15 +16,14 @@ from functools import partial
 from prefect import flow
 
 from tasks.core import paths
-from tasks.core.errors import ParamsError
 from tasks.core.io import atomic_outputs
 from tasks.core.metrics.base import write_metrics
 from tasks.core.metrics.downstream import FinetuneMetrics
 from tasks.core.model_dir import check_weights, load_tokenizer
 from tasks.core.params import load_params
 from tasks.downstream.families import FAMILIES, load_task_data
-from tasks.downstream.finetune import (model_file, run_seed, save_finetuned, summarize, write_predictions,
-                                      write_scores)
+from tasks.downstream.finetune import run_seed, summarize
+from tasks.downstream.finetuned import model_file, save_finetuned, write_predictions, write_scores
 from tasks.training.distributed import join_process_group, run_training_stage
 from tasks.training.seeds import map_seeds
 
@@ -33,9 +32,6 @@ from tasks.training.seeds import map_seeds
 def finetune(model_name: str, task_name: str) -> None:
     params = load_params()
     cfg, spec = params.finetune, params.task(task_name)
-    if model_name not in params.finetune_models:
-        raise ParamsError(f"model {model_name!r} is neither in compare nor in finetune.baselines "
-                          f"({', '.join(params.finetune_models)})")
     training, family = cfg.for_task(spec), FAMILIES[spec.family]
     model_dir = paths.MODELS / model_name
     tokenizer = load_tokenizer(model_dir)

@@ -15,8 +15,11 @@ from tasks.core.metrics.base import write_metrics
 from tasks.core.metrics.pretraining import PretrainMetrics
 from tasks.core.params import load_params
 from tasks.pretraining.modeling import prepare_model, pretraining_model, resolve_init_from, save_pretrained
-from tasks.pretraining.pretrain import PretrainingExamples, objective_masker, pretrain_checkpoint, train, write_log
-from tasks.pretraining.pretraining_data import masking_config, read_shards
+from tasks.pretraining.checkpoint import pretrain_checkpoint
+from tasks.pretraining.examples import PretrainingExamples, objective_masker
+from tasks.pretraining.pretrain import train, write_log
+from tasks.pretraining.masking import masking_config
+from tasks.pretraining.pretraining_data import read_shards
 from tasks.training.distributed import join_process_group, run_training_stage
 
 

@@ -21,7 +21,10 @@ from tasks.core.rng import named_rng
 from tasks.core.stage import run_stage
 from tasks.corpus.similar_words import similar_words_from_table
 from tasks.corpus.tokenize import random_token_ids
-from tasks.pretraining.pretraining_data import masking_config, pack_corpus, sentence_pairs, write_shards
+from tasks.pretraining.masking import masking_config
+from tasks.pretraining.packing import pack_corpus
+from tasks.pretraining.pairing import sentence_pairs
+from tasks.pretraining.pretraining_data import write_shards
 
 
 @flow(name="pretraining_data")

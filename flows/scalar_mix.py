@@ -1,7 +1,7 @@
-"""Stage ``scalar_mix@<model>``: the feature-based approach (ELMo scalar mix over the frozen
-encoder's layers, :mod:`tasks.interpretability.scalar_mix`) on each task of ``scalar_mix.tasks``, trained with
-the task's fine-tuning knobs and the first finetune seed, except the learning rate. The
-report sets these scores beside full fine-tuning of the same encoder (``finetune`` stage)."""
+"""Stage ``scalar_mix@<model>-<task>``: the feature-based approach (ELMo scalar mix over the frozen
+encoder's layers, :mod:`tasks.interpretability.scalar_mix`) on one task of ``scalar_mix.tasks``,
+trained with the task's fine-tuning knobs and the first finetune seed, except the learning rate.
+The report sets these scores beside full fine-tuning of the same encoder (``finetune`` stage)."""
 
 import sys
 
@@ -18,14 +18,14 @@ from tasks.training.device import resolve_device
 
 
 @flow(name="scalar_mix")
-def scalar_mix(model_name: str) -> None:
+def scalar_mix(model_name: str, task_name: str) -> None:
     params = load_params()
     device = resolve_device(params.finetune.device)
-    metrics = {"model": model_name, "learning_rate": params.scalar_mix.learning_rate,
-               "tasks": {t: feature_based(t, paths.MODELS / model_name, params, device)
-                         for t in params.scalar_mix.tasks}}
-    with atomic_outputs(paths.stage_metrics("scalar_mix", model_name)) as (out,):
-        write_metrics(out, ScalarMixMetrics(**metrics))
+    run = feature_based(task_name, paths.MODELS / model_name, params, device)
+    name = paths.finetune_name(model_name, task_name)
+    with atomic_outputs(paths.stage_metrics("scalar_mix", name)) as (out,):
+        write_metrics(out, ScalarMixMetrics(model=model_name, task=task_name,
+                                            learning_rate=params.scalar_mix.learning_rate, **run))
 
 
 if __name__ == "__main__":

@@ -40,18 +40,22 @@ def small_params() -> dict:
     }
     params["similar_words"]["file"] = "word_vectors_sample.model"
     tasks = params["tasks"]
-    tasks["lcqmc"].update(source="lcqmc", files={"all": "lcqmc.csv"}, split={"dev": 0.1, "test": 0.1})
-    tasks["lcqmc"].pop("limit")
+    tasks["lcqmc"]["data"].update(source="lcqmc", files={"all": "lcqmc.csv"}, split={"dev": 0.1, "test": 0.1})
+    tasks["lcqmc"]["data"].pop("limit")
     for name in ("msra_mrc", "msra_ner"):
-        tasks[name]["limit"] = {"train": 120, "dev": 30, "test": 40}
+        tasks[name]["data"]["limit"] = {"train": 120, "dev": 30, "test": 40}
     tasks["msra_ner"]["training"]["max_seq_length"] = 48
     tasks["msra_mrc"]["training"].update(max_seq_length=80, doc_stride=16)
     params["hub_models"] = {}
     params["tokenizer"].update(vocab="train", train_vocab_size=1500)
-    params["model"].update(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64)
+    # a preset of its own, not overrides under `model`, so that the stages read their size where they declare it
+    params["model_presets"]["test"] = {**params["model_presets"]["tiny"], "hidden_size": 32, "num_hidden_layers": 1,
+                                       "num_attention_heads": 2, "intermediate_size": 64}
+    params["model"] = {"preset": "test"}
     params["pretraining_data"].update(shard_size=300)
     params["pretrain"].update(token_budget=6000, batch_size=8, log_every=5, checkpoint_every=10)
-    params["finetune"].update(baselines=["random"], seeds=[1, 2], epochs=1, max_seq_length=32)
+    params["finetune"].update(baselines=["random"], seeds=[1, 2])
+    params["finetune"]["training"].update(epochs=1, max_seq_length=32)
     params["multilingual"].update(total_tokens=20000, heldout_max_documents=20, pretrain={"token_budget": 3000,
                                                                                           "learning_rate": 0.001})
     params["multilingual"]["vocab"].update(new_vocab_size=400)

@@ -11,7 +11,8 @@ from transformers import BertConfig, BertForTokenClassification
 
 from tasks.downstream.finetune import fit
 from tasks.pretraining.masking import MaskingConfig
-from tasks.pretraining.pretrain import DynamicMasker, PretrainingExamples, train
+from tasks.pretraining.examples import DynamicMasker, PretrainingExamples
+from tasks.pretraining.pretrain import train
 from tasks.training.distributed import Ranks, join_process_group
 from tasks.core.params import load_params
 from tests.test_pretrain import pair_data, tiny_data, tiny_model

@@ -4,8 +4,8 @@ import torch
 from transformers import BertConfig, BertModel
 
 from tasks.downstream.classification import MeanPoolClassifier
-from tasks.interpretability.attributions import (attention_html, attribution_html, attributions_page, input_embeddings,
-                                                 integrated_gradients)
+from tasks.interpretability.attributions import input_embeddings, integrated_gradients
+from tasks.report.attributions import attention_html, attribution_html, attributions_page
 from tasks.report.templating import TEMPLATES
 
 

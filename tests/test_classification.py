@@ -11,7 +11,8 @@ from tasks.core.params import DownstreamTask
 from tasks.downstream.classification import EncodedClassification, classification_metrics
 from tasks.downstream.polarity import deduplicate, read_polarity_lines, split_table
 from tasks.downstream.downstream import prepare_task
-from tasks.downstream.finetune import read_scores, summarize, write_scores
+from tasks.downstream.finetune import summarize
+from tasks.downstream.finetuned import read_scores, write_scores
 
 
 def test_dedupe_collapses_duplicates_and_drops_conflicts(tmp_path):
@@ -28,9 +29,10 @@ def polarity_task(raw, positive: list[str], negative: list[str]) -> DownstreamTa
     (raw / "pol").mkdir(exist_ok=True)
     (raw / "pol" / "pos.txt").write_text("".join(f"{t}\n" for t in positive), encoding="utf-8")
     (raw / "pol" / "neg.txt").write_text("".join(f"{t}\n" for t in negative), encoding="utf-8")
-    return DownstreamTask(family="classification", loader="polarity_lines", source="pol",
-                          files={"positive": "pos.txt", "negative": "neg.txt"}, metrics=["accuracy"],
-                          split={"dev": 0.25, "test": 0.25}, malformed="fail")
+    return DownstreamTask(family="classification", metrics=["accuracy"], training={},
+                          data={"loader": "polarity_lines", "source": "pol", "malformed": "fail",
+                                "files": {"positive": "pos.txt", "negative": "neg.txt"},
+                                "split": {"dev": 0.25, "test": 0.25}})
 
 
 def test_prepare_task_counts_classes_per_split(tmp_path):
@@ -55,9 +57,9 @@ def test_one_class_split_from_a_file_is_named(tmp_path):
     (tmp_path / "t").mkdir()
     (tmp_path / "t" / "train.csv").write_text("text,label\n" + "".join(f"t{i},{i % 2}\n" for i in range(8)))
     (tmp_path / "t" / "dev.csv").write_text("text,label\na,1\nb,1\nc,1\n")
-    spec = DownstreamTask(family="classification", loader="table", source="t", columns={"text_a": "text"},
-                          files={"train": "train.csv", "dev": "dev.csv"}, metrics=["accuracy"],
-                          split={"test": 0.25}, malformed="fail")
+    spec = DownstreamTask(family="classification", metrics=["accuracy"], training={},
+                          data={"loader": "table", "source": "t", "columns": {"text_a": "text"}, "malformed": "fail",
+                                "files": {"train": "train.csv", "dev": "dev.csv"}, "split": {"test": 0.25}})
     with pytest.raises(SourceError, match=r"task 't': fewer than 2 classes \(class: count\) in split\(s\) "
                                           r"dev \{'1': 3\}$"):
         prepare_task.fn("t", spec, tmp_path, seed=1)

@@ -14,7 +14,7 @@ import torch
 
 from tasks.core.errors import ParamsError
 from tasks.core.params import Distributed
-from tasks.pretraining.pretrain import micro_batches
+from tasks.pretraining.examples import micro_batches
 from tasks.training.distributed import Ranks, torchrun_command
 from tests import distributed_worker as worker
 from tests.conftest import ROOT

@@ -1,53 +1,131 @@
-"""dvc.yaml declares every project module each stage runs: derived from the flows' import
-closures, so editing any module a stage imports makes DVC rerun that stage."""
+"""dvc.yaml's code deps are exactly each flow's import closure: a module a stage imports but does
+not declare would leave a stale artifact; one it declares but never imports reruns it for nothing.
+The packages of tasks/ import each other without a cycle."""
 
+import ast
+import shutil
 import textwrap
+from pathlib import Path
 
+import networkx as nx
 import yaml
 
-from tasks.orchestration.code_deps import import_closure, missing_code_deps
+from tasks.orchestration.code_deps import code_dep_problems, import_closure, main, minimal_deps, write_code_deps
 from tests.conftest import ROOT
 
 
-def test_every_stage_declares_the_code_it_imports():
-    assert missing_code_deps(ROOT) == {}
+def test_every_stage_declares_exactly_the_code_it_imports():
+    assert code_dep_problems(ROOT) == {}
 
 
-def test_a_module_dropped_from_a_stage_is_reported(tmp_path):
+def _doctored(tmp_path: Path, edit) -> Path:
+    text = (ROOT / "dvc.yaml").read_text(encoding="utf-8")
+    out = tmp_path / "dvc.yaml"
+    out.write_text(edit(text), encoding="utf-8")
+    return out
+
+
+def test_a_module_dropped_from_a_stage_is_reported_missing(tmp_path):
     spec = yaml.safe_load((ROOT / "dvc.yaml").read_text(encoding="utf-8"))
     deps = spec["stages"]["finetune"]["deps"]
-    deps.remove("tasks/training")  # the optimizer, LR schedule and batching of fine-tuning
-    incomplete = tmp_path / "dvc.yaml"
-    incomplete.write_text(yaml.safe_dump(spec), encoding="utf-8")
-    missing = missing_code_deps(ROOT, incomplete)
-    assert set(missing) == {"finetune", "finetune_baseline"}  # the baseline shares finetune's definition
-    assert {"tasks/training/optim.py", "tasks/training/batching.py", "tasks/training/device.py"} <= set(
-        missing["finetune"])
+    assert "tasks/training" in deps  # it reads the whole package: optimizer, schedule, batching, DDP, seeds
+    deps[deps.index("tasks/training")] = "tasks/training/batching.py"
+    doctored = tmp_path / "dvc.yaml"
+    doctored.write_text(yaml.safe_dump(spec), encoding="utf-8")
+    problems = code_dep_problems(ROOT, doctored)
+    assert "tasks/training/optim.py" in problems["finetune"]["missing"]
+    assert set(problems) >= {"finetune", "finetune_baseline"}  # the baseline shares finetune's definition
 
 
-def test_closure_follows_function_level_and_package_imports(tmp_path):
+def test_a_module_a_stage_does_not_import_is_reported_over_broad(tmp_path):
+    # ingest reads no model: neither a training module nor the whole of tasks/core may be its dep
+    doctored = _doctored(tmp_path, lambda t: t.replace("      - tasks/corpus/ingest.py\n",
+                                                       "      - tasks/corpus/ingest.py\n      - tasks/training/optim.py\n"
+                                                       "      - tasks/core\n", 1))
+    over = code_dep_problems(ROOT, doctored)["ingest"]["over_broad"]
+    assert "tasks/training/optim.py" in over and "tasks/core/model_dir.py" in over and "tasks/core/rng.py" in over
+
+
+def test_the_check_fails_with_the_command_that_fixes_it(tmp_path, monkeypatch, capsys):
+    shutil.copytree(ROOT / "tasks", tmp_path / "tasks", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(ROOT / "flows", tmp_path / "flows", ignore=shutil.ignore_patterns("__pycache__"))
+    _doctored(tmp_path, lambda t: t.replace("      - tasks/corpus/segment.py\n", "", 1))
+    monkeypatch.chdir(tmp_path)
+    assert main([]) == 1
+    out, err = capsys.readouterr()
+    assert "segment: missing code deps tasks/corpus/segment.py" in out and "--write" in err
+    assert main(["--write"]) == 0 and main([]) == 0  # written back, exact again
+    assert (tmp_path / "dvc.yaml").read_text(encoding="utf-8") == (ROOT / "dvc.yaml").read_text(encoding="utf-8")
+
+
+def _project(tmp_path: Path, files: dict[str, str]) -> None:
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+
+
+def test_closure_follows_function_level_and_package_imports_and_named_templates(tmp_path):
     files = {
         "flows/__init__.py": "import tasks\n",
-        "flows/x.py": "from tasks.a import b\n\ndef run():\n    from tasks.c.d import e  # lazy\n",
+        "flows/x.py": "from tasks.a import b\n\ndef run():\n    from tasks.c.d import e  # lazy\n    return render('page.md.j2')\n",
         "tasks/__init__.py": "",
         "tasks/a.py": "b = 1\n",
         "tasks/c/__init__.py": "",
         "tasks/c/d.py": "from tasks.c import f\ne = 2\n",
         "tasks/c/f.py": "",
+        "tasks/c/templates/page.md.j2": '{% extends "base.md.j2" %}\n',
+        "tasks/c/templates/base.md.j2": "",
+        "tasks/c/templates/other.md.j2": "",
         "tasks/unused.py": "",
     }
-    for name, text in files.items():
-        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / name).write_text(text)
+    _project(tmp_path, files)
     closure = {str(p) for p in import_closure(tmp_path, "flows.x")}
-    assert closure == set(files) - {"tasks/unused.py"}
+    assert closure == set(files) - {"tasks/unused.py", "tasks/c/templates/other.md.j2"}
+    # a folder stands for its files only when the stage reads every one of them
+    assert minimal_deps(tmp_path, import_closure(tmp_path, "flows.x")) == [
+        "flows", "tasks/__init__.py", "tasks/a.py", "tasks/c/__init__.py", "tasks/c/d.py", "tasks/c/f.py",
+        "tasks/c/templates/base.md.j2", "tasks/c/templates/page.md.j2"]
+
+
+def test_write_replaces_only_the_code_deps(tmp_path):
+    _project(tmp_path, {"flows/__init__.py": "", "flows/x.py": "import tasks.a\n", "tasks/__init__.py": "",
+                        "tasks/a.py": "", "tasks/b.py": ""})
     (tmp_path / "dvc.yaml").write_text(textwrap.dedent("""\
         stages:
-          x:
+          x: &x
             cmd: python -m flows.x
-            deps: [flows/__init__.py, flows/x.py, tasks/__init__.py, tasks/a.py, tasks/c/__init__.py, tasks/c/d.py]
+            deps:
+              # code
+              - tasks/b.py
+              # data
+              - data/in.txt
+          y:
+            <<: *x
         """))
-    assert missing_code_deps(tmp_path) == {"x": ["tasks/c/f.py"]}
+    assert write_code_deps(tmp_path) == ["x"]
+    stage = yaml.safe_load((tmp_path / "dvc.yaml").read_text())["stages"]["x"]
+    assert stage["deps"] == ["flows", "tasks/__init__.py", "tasks/a.py", "data/in.txt"]
+    assert code_dep_problems(tmp_path) == {} and write_code_deps(tmp_path) == []
+
+
+def test_no_import_cycle_between_the_packages_of_tasks():
+    """Package A imports package B (``tasks.a.*`` -> ``tasks.b.*``): the graph is acyclic, so each
+    section of the pipeline can be read (and changed) without the ones that build on it."""
+    graph = nx.DiGraph()
+    for path in (ROOT / "tasks").rglob("*.py"):
+        package = path.relative_to(ROOT / "tasks").parts[0]
+        if package.endswith(".py"):
+            continue
+        graph.add_node(package)
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module] if isinstance(node, ast.ImportFrom) and node.module else [])
+            for name in names:
+                parts = name.split(".")
+                if parts[0] == "tasks" and len(parts) > 1 and parts[1] != package:
+                    graph.add_edge(package, parts[1])
+    assert list(nx.simple_cycles(graph)) == []
+    assert "core" in graph and not list(graph.successors("core"))  # core builds on no section
 
 
 def test_bytecode_caches_do_not_change_code_folder_hashes():

@@ -13,7 +13,8 @@ from tasks.multilingual.fast_mlm import FastMLM, GroupedExamples, language_vocab
 from tasks.multilingual.continue_pretrain import word_ids_for
 from tasks.pretraining.masking import MaskingConfig
 from tasks.pretraining.modeling import PretrainingModel
-from tasks.pretraining.pretrain import DynamicMasker, _rows, train
+from tasks.pretraining.examples import DynamicMasker, _rows
+from tasks.pretraining.pretrain import train
 
 VOCAB, MASK = 60, 3
 

@@ -18,8 +18,10 @@ from tasks.core.params import ModelSize, load_params
 from tasks.corpus.tokenize import load_vocab_tokenizer
 from tasks.pretraining.modeling import (PretrainingModel, init_masked_lm, prepare_model, pretraining_model,
                                         resolve_init_from)
-from tasks.pretraining.pretrain import PretrainingExamples, pretrain_checkpoint, train
-from tasks.pretraining.pretraining_data import masking_config
+from tasks.pretraining.checkpoint import pretrain_checkpoint
+from tasks.pretraining.examples import PretrainingExamples
+from tasks.pretraining.pretrain import train
+from tasks.pretraining.masking import masking_config
 from tasks.training.optim import optimizer_for
 from tests.conftest import DATA, ROOT
 

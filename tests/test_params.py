@@ -103,7 +103,7 @@ def test_task_training_overrides(tmp_path, raw):
     raw["tasks"]["sentiment"]["training"] = {"pooling": "cls", "epochs": 5}
     params = load_params(write(tmp_path, raw))
     training = params.finetune.for_task(params.task("sentiment"))
-    assert (training.pooling, training.epochs, training.learning_rate) == ("cls", 5, raw["finetune"]["learning_rate"])
+    assert (training.pooling, training.epochs, training.learning_rate) == ("cls", 5, raw["finetune"]["training"]["learning_rate"])
     raw["tasks"]["sentiment"]["training"] = {"pooling": "max"}
     with pytest.raises(ParamsError, match=r"tasks.sentiment.training: pooling: Input should be 'mean' or 'cls'"):
         load_params(write(tmp_path, raw))
@@ -135,17 +135,18 @@ def _unset_fields(model, where=""):
 def test_every_result_changing_default_is_written_in_params_yaml():
     params = load_params()
     hidden = [f for f in _unset_fields(params) if f.rsplit(".", 1)[1] not in ABSENT_MEANS_OFF
-              and not (f.endswith(".scheme") and params.tasks[f.split(".")[2]].family == "classification")]
+              and not (f.endswith(".data.scheme") and params.tasks[f.split(".")[2]].family == "classification")]
     assert hidden == []
 
 
 @pytest.mark.parametrize("edit, message", [
     (lambda raw: raw.update(seed=-1), r"seed: Input should be greater than or equal to 0"),
-    (lambda raw: raw["tasks"]["sentiment"]["limit"].update(train=-5),
-     r"tasks.sentiment.limit.train: Input should be greater than 0"),
-    (lambda raw: raw["tasks"]["sentiment"].pop("split"),
-     r"tasks.sentiment: split: the files give no dev or test split; set split.dev"),
-    (lambda raw: raw["finetune"].pop("doc_stride"), r"finetune.doc_stride: Field required"),
+    (lambda raw: raw["tasks"]["sentiment"]["data"]["limit"].update(train=-5),
+     r"tasks.sentiment.data.limit.train: Input should be greater than 0"),
+    (lambda raw: raw["tasks"]["sentiment"]["data"].pop("split"),
+     r"tasks.sentiment.data: split: the files give no dev or test split; set split.dev"),
+    (lambda raw: raw["finetune"]["training"].pop("doc_stride"), r"finetune.training.doc_stride: Field required"),
+    (lambda raw: raw["tasks"]["sentiment"].pop("training"), r"tasks.sentiment.training: Field required"),
 ])
 def test_impossible_or_missing_values_name_the_key(tmp_path, raw, edit, message):
     edit(raw)
@@ -165,7 +166,20 @@ def test_readme_cmrc2018_example_is_valid_and_leaves_room_for_context(tmp_path, 
     raw["tasks"].update(example["tasks"])
     raw["finetune"].update(example["finetune"])
     raw["compression"].update(example["compression"])
+    raw["ablation"].update(example["ablation"])
     params = load_params(write(tmp_path, raw))
     training = params.finetune.for_task(params.task("cmrc2018"))
     assert training.doc_stride + training.max_query_length + 3 < training.max_seq_length
     assert training.max_seq_length <= params.pretraining_data.max_seq_length
+
+
+@pytest.mark.parametrize("block,key,value,message", [
+    ("finetune", "tasks", ["sentiment", "msra_ner"], "ablation.task: 'msra_mrc' is not in finetune.tasks"),
+    ("attributions", "models", ["wwm", "albert_tiny"], "attributions.models: 'albert_tiny' is not fine-tuned"),
+])
+def test_the_analyses_of_fine_tuned_models_need_finetune_to_make_them(tmp_path, raw, block, key, value, message):
+    """ablation and attributions read back the models finetune saved: a model or task it does
+    not fine-tune is refused at load time, not found missing minutes into the stage."""
+    raw[block][key] = value
+    with pytest.raises(ParamsError, match=message):
+        load_params(write(tmp_path, raw))

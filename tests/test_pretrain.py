@@ -14,7 +14,9 @@ from transformers import BertConfig, BertForMaskedLM
 from tasks.core.params import Pretrain, PretrainingData
 from tasks.pretraining.masking import MaskingConfig, mask_batch
 from tasks.pretraining.modeling import PretrainingModel
-from tasks.pretraining.pretrain import DynamicMasker, PretrainingExamples, checkpoint_fingerprint, train
+from tasks.pretraining.checkpoint import checkpoint_fingerprint
+from tasks.pretraining.examples import DynamicMasker, PretrainingExamples
+from tasks.pretraining.pretrain import train
 from tasks.training.batching import BatchSchedule, RaggedTake, pad_batch
 from tasks.training.optim import learning_rate, optimizer_for
 

@@ -16,9 +16,11 @@ from tasks.core.errors import SourceError
 from tasks.core.params import Executor
 from tasks.corpus.similar_words import lexicon_ids
 from tasks.pretraining.masking import MaskingConfig
-from tasks.pretraining.pretrain import DynamicMasker, PretrainingExamples
-from tasks.pretraining.pretraining_data import (Packed, PackedStore, pack_corpus, pack_documents, read_shards,
-                                                sentence_pairs, write_arrow, write_shards)
+from tasks.pretraining.examples import DynamicMasker, PretrainingExamples
+from tasks.pretraining.packed import Packed, PackedStore
+from tasks.pretraining.packing import pack_corpus, pack_documents
+from tasks.pretraining.pairing import sentence_pairs
+from tasks.pretraining.pretraining_data import read_shards, write_arrow, write_shards
 
 CLS, SEP, MASK = 101, 102, 103
 
@@ -356,7 +358,7 @@ def test_masking_on_a_dask_cluster_writes_the_same_shards(tmp_path, prefect_serv
 def test_cut_points_hand_worked():
     """A row is cut at a sentence start after its first one or, with one sentence, at a word start
     after its first token; a row of one word has no cut point."""
-    from tasks.pretraining.pretraining_data import _cut_point
+    from tasks.pretraining.pairing import _cut_point
 
     # [CLS] s1(w0 w0 w1) s2(w2) s3(w3 w3) [SEP]: sentences start at 1, 4 and 5
     starts = np.array([0, 1, 0, 0, 1, 1, 0, 0], dtype=bool)

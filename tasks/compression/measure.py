@@ -15,12 +15,9 @@ from pathlib import Path
 import numpy as np
 import torch
 from safetensors.torch import save_model
-from prefect import get_run_logger
 from torch import nn
 
 from tasks.compression.distill import LABEL_KEYS
-from tasks.core.stage import stage_task
-from tasks.downstream.finetune import summarize
 
 
 def parameters(model: nn.Module) -> int:
@@ -67,29 +64,3 @@ def size_of(model: nn.Module, data, device: torch.device, repeats: int) -> dict:
     """:class:`tasks.core.metrics.Size` fields of ``model``: parameters, bytes on disk and :func:`speed`."""
     return {"parameters": parameters(model), "disk_bytes": disk_bytes(model),
             **speed(model, data, device=device, repeats=repeats)}
-
-
-@stage_task(task_run_name="evaluate-{name}")
-def evaluate_variant(name: str, description: str, models: list[nn.Module], runs: list[dict], family, data: dict,
-                     tables: dict, training, labels, metrics: list[str], device: torch.device,
-                     repeats: int) -> dict:
-    """One row of a compression table: each seed's model (``models``, in the order of ``runs``,
-    which hold ``seed`` and any extra per-seed fields) scored on dev and test as ``finetune``
-    scores, the summary over seeds, and the size and speed of the first model on dev examples.
-    A run that already holds its ``dev`` and ``test`` scores (finetune's own models, read with
-    :func:`tasks.downstream.finetune.read_scores`) is not scored again.
-
-    Returns:
-        the fields of :class:`tasks.core.metrics.Variant`.
-    """
-    rows = []
-    for model, run in zip(models, runs):
-        if "dev" not in run:
-            scores = {split: family.evaluate(model, data[split], tables[split], training, labels, metrics,
-                                             device)[0] for split in ("dev", "test")}
-            run = {**run, **{split: {m: s[m] for m in metrics} for split, s in scores.items()}}
-        rows.append(run)
-    summary = {split: {m: summarize([r[split][m] for r in rows]) for m in metrics} for split in ("dev", "test")}
-    get_run_logger().info(f"{name}: dev {summary['dev'][metrics[0]]} test {summary['test'][metrics[0]]}")
-    return {"name": name, "description": description, "runs": rows, **summary,
-            "size": size_of(models[0], data["dev"], device, repeats)}

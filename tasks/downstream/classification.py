@@ -85,7 +85,7 @@ class MeanPoolClassifier(torch.nn.Module):
     [CLS] state nor the pooler, so a small model fine-tuned for a few hundred steps
     starts from an uninformative sentence vector; the mean of the token states is
     informative from the first step (mean pooling: Reimers and Gurevych 2019,
-    Sentence-BERT, §3 and Table 6). ``finetune.pooling: cls`` selects the Hugging
+    Sentence-BERT, §3 and Table 6). ``finetune.training.pooling: cls`` selects the Hugging
     Face ``*ForSequenceClassification`` head instead.
 
     ``forward(input_ids, attention_mask, token_type_ids=None, labels=None)`` takes

@@ -26,7 +26,7 @@ import numpy as np
 import pyarrow as pa
 
 from tasks.core.errors import SourceError
-from tasks.core.params import DownstreamTask
+from tasks.core.params import DownstreamTask, TaskData
 from tasks.core.paths import source_file
 from tasks.core.quality import Issues
 from tasks.core.stage import stage_task
@@ -79,26 +79,26 @@ def eval_texts(family: str, table: pa.Table) -> list[str]:
 # --------------------------------------------------------------------------- preparation
 
 
-def _read_glue(spec: DownstreamTask, path: Path, issues: Issues) -> pa.Table:
-    return read_glue(path, spec.glue_task, issues)
+def _read_glue(data: TaskData, path: Path, issues: Issues) -> pa.Table:
+    return read_glue(path, data.glue_task, issues)
 
 
-def _read_clue_jsonl(spec: DownstreamTask, path: Path, issues: Issues) -> pa.Table:
-    cols = spec.columns
+def _read_clue_jsonl(data: TaskData, path: Path, issues: Issues) -> pa.Table:
+    cols = data.columns
     return read_clue_jsonl(path, cols.get("text_a", "sentence"), cols.get("text_b"), cols.get("label", "label"),
-                           spec.labels, issues)
+                           data.labels, issues)
 
 
-def _read_table(spec: DownstreamTask, path: Path, issues: Issues) -> pa.Table:
-    cols = spec.columns
+def _read_table(data: TaskData, path: Path, issues: Issues) -> pa.Table:
+    cols = data.columns
     return read_table(path, cols.get("text_a", "text_a"), cols.get("text_b"), cols.get("label", "label"), issues)
 
 
-def _read_conll(spec: DownstreamTask, path: Path, issues: Issues) -> pa.Table:
-    return ner_table(read_conll(path, spec.scheme, issues, labels=spec.labels))
+def _read_conll(data: TaskData, path: Path, issues: Issues) -> pa.Table:
+    return ner_table(read_conll(path, data.scheme, issues, labels=data.labels))
 
 
-def _read_squad(spec: DownstreamTask, path: Path, issues: Issues) -> pa.Table:
+def _read_squad(data: TaskData, path: Path, issues: Issues) -> pa.Table:
     return mrc_table(read_squad(path, issues))
 
 
@@ -120,8 +120,8 @@ def prepare_task(name: str, spec: DownstreamTask, raw_dir: Path, seed: int) -> t
     """Read, split and cap one task's data.
 
     Splits the files do not provide are carved out of ``train`` (or ``all``) by
-    a shuffle seeded with ``seed``: ``dev`` and ``test`` take ``spec.split``
-    fractions. ``spec.limit`` then caps each split with a seeded subset. For
+    a shuffle seeded with ``seed``: ``dev`` and ``test`` take ``spec.data.split``
+    fractions. ``spec.data.limit`` then caps each split with a seeded subset. For
     ``ner_as_mrc`` splitting and capping count sentences (so one sentence's
     questions never straddle two splits), then each sentence becomes one
     question per entity type (:func:`tasks.downstream.ner_mrc.ner_to_mrc`).
@@ -133,29 +133,30 @@ def prepare_task(name: str, spec: DownstreamTask, raw_dir: Path, seed: int) -> t
         SourceError: a file is missing or malformed under ``malformed: fail``, a split is empty,
             or a classification split has fewer than 2 classes (names the split and its class counts).
     """
-    issues = Issues(spec.malformed)
+    data = spec.data
+    issues = Issues(data.malformed)
     rng = np.random.default_rng(seed)
     stats: dict = {}
-    if spec.loader == "polarity_lines":
-        files = {1: source_file(raw_dir, spec.source, spec.files["positive"]),
-                 0: source_file(raw_dir, spec.source, spec.files["negative"])}
+    if data.loader == "polarity_lines":
+        files = {1: source_file(raw_dir, data.source, data.files["positive"]),
+                 0: source_file(raw_dir, data.source, data.files["negative"])}
         examples, stats["deduplication"] = deduplicate(read_polarity_lines(files))
         parts = {"all": split_table(name, examples)}
     else:
-        parts = {role: LOADERS[spec.loader](spec, source_file(raw_dir, spec.source, file), issues)
-                 for role, file in sorted(spec.files.items())}
+        parts = {role: LOADERS[data.loader](data, source_file(raw_dir, data.source, file), issues)
+                 for role, file in sorted(data.files.items())}
     pool = parts.pop("all", None)
     if pool is not None:
         parts.setdefault("train", pool)
     total = parts["train"].num_rows
     for split in ("dev", "test"):
         if split not in parts:
-            parts[split], parts["train"] = _subset(parts["train"], round(total * getattr(spec.split, split)), rng)
-    for split, n in sorted(spec.limit.items()):
+            parts[split], parts["train"] = _subset(parts["train"], round(total * getattr(data.split, split)), rng)
+    for split, n in sorted(data.limit.items()):
         if parts[split].num_rows > n:
             parts[split], _ = _subset(parts[split], n, rng)
-    if spec.loader == "ner_as_mrc":
-        queries = spec.queries or DEFAULT_QUERIES
+    if data.loader == "ner_as_mrc":
+        queries = data.queries or DEFAULT_QUERIES
         stats["sentences"] = {s: t.num_rows for s, t in parts.items()}
         parts = {s: mrc_table(ner_to_mrc(ner_sentences(t), queries)) for s, t in parts.items()}
     for split in ("train", "dev", "test"):

@@ -5,27 +5,19 @@ tensors`` whose keys are the keyword arguments of a Hugging Face task head
 (``input_ids``, ``attention_mask``, ``token_type_ids``, ``labels``, ...); the
 head computes its own loss. Everything else (optimiser, schedule, clipping,
 seeding, mixed precision, device) is here, once; :func:`run_seed` is one seed of
-``finetune`` (run in turn or side by side by :func:`tasks.training.seeds.map_seeds`),
-:func:`fine_tune` the Prefect task of the analyses that fine-tune, and
-:func:`write_predictions` writes the predictions' files.
+``finetune`` (run in turn or side by side by :func:`tasks.training.seeds.map_seeds`). What the
+stage leaves behind (models, scores, predictions) is :mod:`tasks.downstream.finetuned`.
 """
 
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from typing import Callable, Protocol
 
 import numpy as np
 import torch
-from prefect import get_run_logger
 
-from safetensors.torch import load_model as load_safetensors, save_model
-
-from tasks.core.errors import SourceError
-from tasks.core.io import read_json, write_json, write_jsonl
-from tasks.core.model_dir import WEIGHT_ERRORS, load_model
-from tasks.core.stage import stage_task
+from tasks.core.model_dir import load_model
 from tasks.training.batching import IGNORE_INDEX, BatchSchedule
 from tasks.training.device import autocast
 from tasks.training.distributed import Ranks, split_batch, wrap
@@ -70,7 +62,7 @@ def fit(model: torch.nn.Module, data: Batches, *, epochs: float, batch_size: int
         index = schedule(step)
         for group in opt.param_groups:
             group["lr"] = learning_rate(step, total, lr, warmup_fraction)
-        (part,) = split_batch(index, ranks, 1, "finetune.batch_size")
+        (part,) = split_batch(index, ranks, 1, "finetune.training.batch_size")
         batch = {key: v.to(device, non_blocking=True) for key, v in data.batch(part).items()}
         with autocast(device):
             loss = net(**batch).loss
@@ -104,8 +96,7 @@ def fit_seed(family, model_dir, labels, data: Batches, training, seed: int, devi
              log: Callable[[str], None] = print, ranks: Ranks = Ranks()) -> tuple[torch.nn.Module, dict]:
     """One fine-tuning run as ``finetune@<model>-<task>`` does it for ``seed``: the head of
     ``family`` (a :class:`tasks.downstream.families.Family`) initialised under ``seed`` on the encoder in
-    ``model_dir``, then :func:`fit` with the task's ``training`` knobs. The analyses (attention
-    zones, attributions) use it to rebuild exactly the model whose scores ``finetune`` reports.
+    ``model_dir``, then :func:`fit` with the task's ``training`` knobs.
 
     Returns:
         the fine-tuned model (in eval mode) and :func:`fit`'s summary.
@@ -120,13 +111,6 @@ def fit_seed(family, model_dir, labels, data: Batches, training, seed: int, devi
                 warmup_fraction=training.warmup_fraction, weight_decay=training.weight_decay,
                 max_grad_norm=training.max_grad_norm, seed=seed, device=device, log=log, ranks=ranks)
     return model.eval(), train
-
-
-@stage_task(name="fine_tune")
-def fine_tune(family, model_dir, labels, data: Batches, training, seed: int,
-              device: torch.device) -> tuple[torch.nn.Module, dict]:
-    """:func:`fit_seed` as a Prefect task, logging to its run logger."""
-    return fit_seed(family, model_dir, labels, data, training, seed, device, get_run_logger().info)
 
 
 def run_seed(family, model_dir, labels, data: dict, tables: dict, training, metrics: list[str], seed: int,
@@ -144,74 +128,6 @@ def run_seed(family, model_dir, labels, data: dict, tables: dict, training, metr
                                                            metrics, device)
     log(f"seed {seed}: dev {result['dev']} test {result['test']}")
     return result, predictions, model
-
-
-def model_file(folder: Path, seed: int) -> Path:
-    """Where ``finetune`` keeps the model fine-tuned under ``seed``: ``<folder>/model-seed<seed>.safetensors``."""
-    return folder / f"model-seed{seed}.safetensors"
-
-
-def save_finetuned(model: torch.nn.Module, file: Path) -> None:
-    """The whole task model (encoder and head) as one safetensors file (shared tensors once)."""
-    save_model(model, str(file))
-
-
-def write_scores(folder: Path, runs: list[dict]) -> None:
-    """Each seed's dev and test scores (``runs``: :class:`tasks.core.metrics.FinetuneRun` fields)
-    as ``<folder>/scores.json``, beside the models: unlike the stage's metrics it holds no
-    timings, so it is byte-identical whenever the models are, and stages that reuse the scores
-    can depend on it without rerunning each time finetune does."""
-    write_json(folder / "scores.json", {"runs": [{k: run[k] for k in ("seed", "dev", "test")} for run in runs]})
-
-
-def read_scores(folder: Path, seeds: list[int], metrics: list[str]) -> list[dict]:
-    """The ``metrics`` that :func:`write_scores` recorded for ``seeds``, in that order:
-    ``[{"seed": s, "dev": {metric: score}, "test": {...}}]``.
-
-    Raises:
-        SourceError: the file is missing or unreadable, or lacks a seed or a metric (params
-            changed since finetune ran: rerun it).
-    """
-    file = folder / "scores.json"
-    try:
-        by_seed = {run["seed"]: run for run in read_json(file)["runs"]}
-        return [{"seed": s, **{split: {m: by_seed[s][split][m] for m in metrics} for split in ("dev", "test")}}
-                for s in seeds]
-    except FileNotFoundError:
-        raise SourceError(f"{file} is missing: stage finetune writes it (dvc repro finetune)") from None
-    except (ValueError, KeyError, TypeError) as exc:
-        raise SourceError(f"{file}: no {exc} among finetune's scores for seeds {seeds} and metrics {metrics}; "
-                          "rerun finetune (dvc repro finetune)") from None
-
-
-def load_finetuned(family, model_dir: Path, labels, training, file: Path) -> torch.nn.Module:
-    """A model :func:`save_finetuned` wrote: ``family``'s head on the encoder of ``model_dir`` (the
-    architecture), then every weight from ``file`` (strict), in eval mode.
-
-    Raises:
-        SourceError: ``file`` is missing, truncated, or does not fit the architecture (names it and
-            the stage that writes it).
-    """
-    if not file.is_file():
-        raise SourceError(f"{file} is missing: stage finetune writes it (dvc repro finetune)")
-    model = load_model(model_dir, lambda path: family.model(path, labels, training))
-    try:
-        load_safetensors(model, str(file), strict=True)
-    except WEIGHT_ERRORS as exc:
-        raise SourceError(f"{file}: not a fine-tuned model of {model_dir}: {str(exc).splitlines()[0]}") from None
-    return model.eval()
-
-
-def write_predictions(folder: Path, predictions: dict) -> None:
-    """``{seed: {split: predictions}}`` as ``<split>-seed<seed>.json`` (MRC: the official
-    ``{id: answer}`` file) or ``.jsonl`` (one record a line) in ``folder``, created here."""
-    folder.mkdir(parents=True)
-    for seed, by_split in predictions.items():
-        for split, preds in by_split.items():
-            if isinstance(preds, dict):
-                write_json(folder / f"{split}-seed{seed}.json", preds)
-            else:
-                write_jsonl(folder / f"{split}-seed{seed}.jsonl", preds)
 
 
 @torch.no_grad()

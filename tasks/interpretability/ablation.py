@@ -58,12 +58,9 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
 from transformers.models.bert.modeling_bert import eager_attention_forward
 
+from tasks.core.params.interpretability import ATTENTION_ZONES as ZONES
 from tasks.core.stage import stage_task
 
-ZONES = ("cls", "sep_mid", "sep_end", "special", "diagonal", "q2q", "q2p", "p2q", "p2p")
-ZONE_LABELS = {"cls": "No [CLS]", "sep_mid": "No mid [SEP]", "sep_end": "No end [SEP]",
-               "special": "No all special", "diagonal": "No diagonal", "q2q": "No Q²", "q2p": "No Q2P",
-               "p2q": "No P2Q", "p2p": "No P²"}
 BLOCK = -10000.0
 IMPLEMENTATION = "zhplm_zone_ablation"
 

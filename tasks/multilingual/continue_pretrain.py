@@ -3,7 +3,7 @@
 Documents are tokenized with the extended tokenizer and packed into sequences
 of one language each (consecutive documents of a language share a sequence, as
 XLM-R's text streams do; a long document is cut), then trained with dynamic
-BERT masking (token-level MLM, 80/10/10; :class:`tasks.pretraining.pretrain.DynamicMasker`)
+BERT masking (token-level MLM, 80/10/10; :class:`tasks.pretraining.examples.DynamicMasker`)
 by the project's pretraining loop (:func:`tasks.pretraining.pretrain.train`), with the full
 softmax or CINO's fast MLM (:mod:`tasks.multilingual.fast_mlm`: each language's masked
 tokens predicted over that language's vocabulary only).
@@ -36,8 +36,9 @@ from tasks.corpus.tokenize import random_token_ids
 from tasks.multilingual.fast_mlm import GroupedExamples
 from tasks.multilingual.embeddings import resize_embeddings
 from tasks.pretraining.masking import MaskingConfig, mask_batch
-from tasks.pretraining.pretrain import DynamicMasker, checkpoint_fingerprint
-from tasks.pretraining.pretraining_data import pack_documents
+from tasks.pretraining.checkpoint import checkpoint_fingerprint
+from tasks.pretraining.examples import DynamicMasker
+from tasks.pretraining.packing import pack_documents
 from tasks.training.batching import pad_batch
 
 
@@ -167,12 +168,14 @@ def resized_base_model(model_dir, vocab_size: int, seed: int) -> tuple[BertForMa
     return model, old_vocab
 
 
-def continue_checkpoint(params, mixture: str) -> tuple[Path, str]:
+def continue_checkpoint(params, mixture: str, cfg) -> tuple[Path, str]:
     """The rolling checkpoint file of ``continue_pretrain@<mixture>`` and its fingerprint: a
-    checkpoint is reused only by a run with the same params and inputs (masking params included)."""
-    spec = params.multilingual
+    checkpoint is reused only by a run with the same training knobs (``cfg``: ``pretrain`` with
+    ``multilingual.pretrain``'s overrides), masking knobs and inputs."""
+    spec, data = params.multilingual, params.pretraining_data
     fingerprint = checkpoint_fingerprint(
-        "continue_pretrain", mixture, params.pretrain, spec.pretrain, params.pretraining_data, spec.base_model,
-        params.seed, data=[paths.MIXTURES / f"{mixture}.parquet", paths.MODELS / spec.base_model,
-                           paths.MULTILINGUAL_TOKENIZER])
+        "continue_pretrain", mixture, cfg.model_dump(exclude={"init_from"}), spec.pretrain.fast_mlm, spec.base_model,
+        params.seed,
+        [data.max_seq_length, data.masked_lm_prob, data.max_predictions_per_seq],
+        data=[paths.MIXTURES / f"{mixture}.parquet", paths.MODELS / spec.base_model, paths.MULTILINGUAL_TOKENIZER])
     return paths.CHECKPOINTS / "continue_pretrain" / mixture / "last.pt", fingerprint

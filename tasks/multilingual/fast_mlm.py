@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from transformers import BertForMaskedLM
 
 from tasks.pretraining.modeling import PretrainingModel
-from tasks.pretraining.pretrain import PretrainingExamples
+from tasks.pretraining.examples import PretrainingExamples
 
 
 def language_vocabularies(data: "GroupedExamples", n_groups: int) -> list[np.ndarray]:
@@ -42,7 +42,7 @@ def language_vocabularies(data: "GroupedExamples", n_groups: int) -> list[np.nda
 
 @dataclass
 class GroupedExamples(PretrainingExamples):
-    """:class:`tasks.pretraining.pretrain.PretrainingExamples` whose batches carry each
+    """:class:`tasks.pretraining.examples.PretrainingExamples` whose batches carry each
     sequence's group (language): ``groups`` is ``int [N]``; :meth:`batch` adds ``groups``,
     ``int64 [B]``."""
 

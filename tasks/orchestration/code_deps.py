@@ -1,20 +1,26 @@
-"""The code each stage runs, derived from its flow's imports, checked against ``dvc.yaml``.
+"""The code each stage runs, derived from its flow's imports: written into ``dvc.yaml`` and checked.
 
-DVC reruns a stage only when a declared dependency changes, so a module that a stage
-imports but does not declare can change results while DVC calls them up to date. This
-module derives a flow's import closure statically (every ``import``/``from … import``
-of a ``tasks``/``flows`` module anywhere in a file, function-level imports included,
-plus the ``__init__.py`` of every package on the way) and lists the files of that
-closure that no ``deps`` entry of the stage covers (a dep covers itself and, if it is a
-folder, everything below it).
+DVC reruns a stage when a declared dependency changes. A module a stage imports but does
+not declare can change its results while DVC calls them up to date; a module it declares
+but never imports reruns it for nothing (an hour of CPU for a full rerun). So a stage's code
+deps are exactly its flow's *import closure*: every ``import``/``from … import`` of a
+``tasks``/``flows`` module anywhere in a file (function-level imports included), plus the
+``__init__.py`` of every package on the way, plus the resource files a module names (a
+template named by a string literal, and the templates those extend or include). A folder
+stands for its files when the closure holds every one of them (bytecode caches aside).
+
+In ``dvc.yaml`` each stage's code deps follow a ``# code`` comment and come before its
+data deps; ``--write`` regenerates them there and never touches anything else.
 
 Usage::
 
-    python -m tasks.orchestration.code_deps          # prints what is missing; exit 1 if anything is
+    python -m tasks.orchestration.code_deps            # missing or over-broad code deps: exit 1
+    python -m tasks.orchestration.code_deps --write    # rewrite them in dvc.yaml
 """
 
 from __future__ import annotations
 
+import argparse
 import ast
 import re
 import sys
@@ -24,6 +30,10 @@ import yaml
 
 PACKAGES = ("tasks", "flows")
 FLOW_CMD = re.compile(r"python -m (flows\.\w+)")
+CODE_MARK = re.compile(r"^(\s+)# code\b")
+CODE_ITEM = re.compile(r"^\s+- (flows|tasks)(/|\s*$)")
+_FILE_NAME = re.compile(r"[\w-]+(\.[\w-]+)+")
+_QUOTED = re.compile(r"""["']([\w./-]+)["']""")
 
 
 def module_path(root: Path, module: str) -> Path | None:
@@ -35,8 +45,38 @@ def module_path(root: Path, module: str) -> Path | None:
     return None
 
 
-def _imported_modules(root: Path, file: Path) -> set[str]:
-    tree = ast.parse((root / file).read_text(encoding="utf-8"), filename=str(file))
+def _visible_files(root: Path, folder: Path) -> set[Path]:
+    """The files under ``folder`` whose content DVC hashes (bytecode caches are in ``.dvcignore``)."""
+    return {p.relative_to(root) for p in (root / folder).rglob("*")
+            if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"}
+
+
+def _resource_dirs(root: Path) -> list[Path]:
+    """Folders of the project's packages that hold no Python module: templates and the like."""
+    return sorted(p.relative_to(root) for package in PACKAGES for p in (root / package).rglob("*")
+                  if p.is_dir() and p.name != "__pycache__" and not any(p.glob("*.py")))
+
+
+def _file_names(tree: ast.AST) -> set[str]:
+    """The string literals of a module that could name a file (``"report.md.j2"``)."""
+    return {node.value for node in ast.walk(tree) if isinstance(node, ast.Constant) and isinstance(node.value, str)
+            and _FILE_NAME.fullmatch(node.value)}
+
+
+def _resources(root: Path, named: set[str], dirs: list[Path]) -> set[Path]:
+    """The files of ``dirs`` that ``named`` names, and those they name in turn (``{% extends "x" %}``)."""
+    found: set[Path] = set()
+    todo = [d / name for d in dirs for name in named if (root / d / name).is_file()]
+    while todo:
+        path = todo.pop()
+        if path not in found:
+            found.add(path)
+            text = (root / path).read_text(encoding="utf-8", errors="replace")
+            todo.extend(path.parent / m for m in _QUOTED.findall(text) if (root / path.parent / m).is_file())
+    return found
+
+
+def _imports(tree: ast.AST) -> set[str]:
     found: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -49,52 +89,127 @@ def _imported_modules(root: Path, file: Path) -> set[str]:
 
 
 def import_closure(root: Path, module: str) -> set[Path]:
-    """Every project file that importing ``module`` executes (relative paths)."""
+    """Every project file that importing ``module`` executes or reads (relative paths): its
+    modules, and the resource files they name (module docstring)."""
     seen: set[Path] = set()
+    named: set[str] = set()
     todo = [module]
     while todo:
-        name = todo.pop()
-        parts = name.split(".")
+        parts = todo.pop().split(".")
         # importing a.b.c runs a/__init__.py and a/b/__init__.py first
         for i in range(1, len(parts) + 1):
             path = module_path(root, ".".join(parts[:i]))
             if path is not None and path not in seen:
                 seen.add(path)
-                todo.extend(_imported_modules(root, path))
-    return seen
+                tree = ast.parse((root / path).read_text(encoding="utf-8"), filename=str(path))
+                todo.extend(_imports(tree))
+                named |= _file_names(tree)
+    return seen | _resources(root, named, _resource_dirs(root))
 
 
-def _covered(path: Path, deps: list[str]) -> bool:
-    return any(path == Path(d) or Path(d) in path.parents for d in deps)
+def minimal_deps(root: Path, closure: set[Path]) -> list[str]:
+    """``closure`` as dep entries: a folder wherever the closure holds all its files, sorted."""
+    folders = sorted({parent for path in closure for parent in path.parents if parent != Path(".")},
+                     key=lambda p: len(p.parts))
+    whole: list[Path] = []
+    for folder in folders:
+        if not any(w in folder.parents for w in whole) and _visible_files(root, folder) <= closure:
+            whole.append(folder)
+    singles = [p for p in closure if not any(w in p.parents for w in whole)]
+    return sorted(str(p) for p in [*whole, *singles])
 
 
-def missing_code_deps(root: Path, dvc_yaml: Path | None = None) -> dict[str, list[str]]:
-    """``{stage: [files its flow imports that its deps miss]}`` for every stage of ``dvc.yaml``
-    whose command runs a flow (``python -m flows.<name>``). Empty when every stage is complete.
+def _stages(root: Path, dvc_yaml: Path) -> dict[str, tuple[str, list[str]]]:
+    """``{stage: (flow module, its code deps as declared)}`` for every stage of ``dvc_yaml``.
 
     Raises:
         ValueError: a stage whose command runs no flow module that exists.
     """
-    spec = yaml.safe_load((dvc_yaml or root / "dvc.yaml").read_text(encoding="utf-8"))
-    missing: dict[str, list[str]] = {}
+    spec = yaml.safe_load(dvc_yaml.read_text(encoding="utf-8"))
+    stages = {}
     for name, stage in spec["stages"].items():
         body = stage.get("do", stage)
         match = FLOW_CMD.search(body["cmd"])
         if match is None or module_path(root, match.group(1)) is None:
-            raise ValueError(f"dvc.yaml: stage {name}: cmd {body['cmd']!r} runs no flow module of this project")
+            raise ValueError(f"{dvc_yaml}: stage {name}: cmd {body['cmd']!r} runs no flow module of this project")
         deps = [d if isinstance(d, str) else next(iter(d)) for d in body.get("deps", [])]
-        lacking = sorted(str(p) for p in import_closure(root, match.group(1)) if not _covered(p, deps))
-        if lacking:
-            missing[name] = lacking
-    return missing
+        stages[name] = match.group(1), [d for d in deps if d.split("/")[0] in PACKAGES]
+    return stages
 
 
-def main() -> None:
-    missing = missing_code_deps(Path("."))
-    for stage, files in missing.items():
-        print(f"{stage}: missing deps {', '.join(files)}")
-    sys.exit(1 if missing else 0)
+def code_dep_problems(root: Path, dvc_yaml: Path | None = None) -> dict[str, dict[str, list[str]]]:
+    """``{stage: {"missing": [...], "over_broad": [...]}}`` for every stage of ``dvc.yaml`` whose
+    code deps are not exactly its flow's import closure: files it imports that no dep covers,
+    and deps covering a file it does not import (a folder: the files it does not import).
+    Empty when every stage is exact."""
+    problems: dict[str, dict[str, list[str]]] = {}
+    for name, (flow, deps) in _stages(root, dvc_yaml or root / "dvc.yaml").items():
+        closure = import_closure(root, flow)
+        covered = {f for d in deps for f in ({Path(d)} if (root / d).is_file() else _visible_files(root, Path(d)))}
+        missing = sorted(str(p) for p in closure - covered)
+        over = sorted(str(p) for p in covered - closure)
+        if missing or over:
+            problems[name] = {"missing": missing, "over_broad": over}
+    return problems
+
+
+def write_code_deps(root: Path, dvc_yaml: Path | None = None) -> list[str]:
+    """Rewrite the code deps of every stage in ``dvc.yaml`` (the items after its ``# code``
+    comment) as :func:`minimal_deps` of its flow's closure; returns the stages that changed.
+
+    Raises:
+        ValueError: a stage has no ``# code`` comment in its deps.
+    """
+    dvc_yaml = dvc_yaml or root / "dvc.yaml"
+    flows = {name: flow for name, (flow, _) in _stages(root, dvc_yaml).items()}
+    lines = dvc_yaml.read_text(encoding="utf-8").splitlines(keepends=True)
+    out, stage, changed, marked = [], None, [], set()
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        top = re.match(r"^  (\w+):", line)
+        if top:
+            stage = top.group(1)
+        if re.match(r"^\s+<<: \*", line):  # inherits another stage's definition, its code deps included
+            marked.add(stage)
+        mark = CODE_MARK.match(line)
+        out.append(line)
+        i += 1
+        if mark and stage in flows:
+            marked.add(stage)
+            old = []
+            while i < len(lines) and CODE_ITEM.match(lines[i]):
+                old.append(lines[i])
+                i += 1
+            new = [f"{mark.group(1)}- {d}\n" for d in minimal_deps(root, import_closure(root, flows[stage]))]
+            out.extend(new)
+            if new != old:
+                changed.append(stage)
+    unmarked = set(flows) - marked
+    if unmarked:
+        raise ValueError(f"{dvc_yaml}: no '# code' comment in the deps of {', '.join(sorted(unmarked))}")
+    dvc_yaml.write_text("".join(out), encoding="utf-8")
+    return changed
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--write", action="store_true", help="rewrite the code deps of dvc.yaml")
+    args = parser.parse_args(argv)
+    root = Path(".")
+    if args.write:
+        changed = write_code_deps(root)
+        print(f"dvc.yaml: code deps rewritten for {', '.join(changed)}" if changed else "dvc.yaml: code deps exact")
+        return 0
+    problems = code_dep_problems(root)
+    for stage, found in problems.items():
+        for kind, files in found.items():
+            if files:
+                print(f"{stage}: {kind.replace('_', '-')} code deps {', '.join(files)}")
+    if problems:
+        print("run `python -m tasks.orchestration.code_deps --write` to make them exact", file=sys.stderr)
+    return 1 if problems else 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

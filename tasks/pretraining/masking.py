@@ -44,10 +44,9 @@ from dataclasses import dataclass, field
 import numpy as np
 from numba import njit
 
+from tasks.core.params.pretraining import MASKING_SCHEMES, Objective, PretrainingData
 from tasks.corpus.similar_words import SimilarWords
 from tasks.training.batching import IGNORE_INDEX
-
-MASKING_SCHEMES = ("mlm", "wwm", "ngram")
 
 
 @dataclass(frozen=True)
@@ -61,7 +60,8 @@ class MaskingConfig:
         max_predictions: cap on chosen tokens per sequence (BERT: 20 for length 128).
         mask, random, similar, permute: shares of the chosen units that become
             [MASK], a random token, a similar word, or take part in the PerLM
-            permutation; the rest (``keep``) stay as they are.
+            permutation; the rest stay as they are (``keep``: given, the five shares
+            must sum to 1; None: whatever the four leave).
         ngram_probs: probability of a span of 1, 2, ... words (``ngram`` only).
 
     Raises:
@@ -79,6 +79,7 @@ class MaskingConfig:
     similar: float = 0.0
     permute: float = 0.0
     ngram_probs: tuple[float, ...] = (0.4, 0.3, 0.2, 0.1)
+    keep: float | None = None
 
     def __post_init__(self) -> None:
         if self.scheme not in MASKING_SCHEMES:
@@ -86,6 +87,8 @@ class MaskingConfig:
         shares = (self.mask, self.random, self.similar, self.permute)
         if min(shares) < 0 or sum(shares) > 1 + 1e-9:
             raise ValueError("mask, random, similar and permute must be probabilities summing to at most 1")
+        if self.keep is not None and not math.isclose(sum(shares) + self.keep, 1.0, abs_tol=1e-9):
+            raise ValueError(f"mask + random + similar + permute + keep must sum to 1, got {sum(shares) + self.keep:g}")
         if self.permute and (self.mask or self.random or self.similar):
             raise ValueError("permute (PerLM) cannot be combined with mask, random or similar: "
                              "PerLM predicts positions, the others predict tokens")
@@ -551,3 +554,12 @@ def mask_batch(input_ids: np.ndarray, word_ids: np.ndarray, config: MaskingConfi
         chosen = select_units(unit_ids_for(config.scheme, word_ids), budget, rng)
     return corrupt(input_ids, chosen, word_ids, config, rng, mask_token_id=mask_token_id,
                    random_token_ids=random_token_ids, lex_ids=lex_ids, similar=similar)
+
+
+def masking_config(objective: Objective, data: PretrainingData) -> MaskingConfig:
+    """The :class:`tasks.pretraining.masking.MaskingConfig` of an objective under the data params."""
+    r = objective.replacement
+    return MaskingConfig(scheme=objective.masking, masked_lm_prob=data.masked_lm_prob,
+                         max_predictions=data.max_predictions_per_seq, mask=r.mask, random=r.random,
+                         similar=r.similar, permute=r.permute, keep=r.keep,
+                         ngram_probs=tuple(data.ngram_probabilities))

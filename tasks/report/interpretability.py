@@ -15,12 +15,15 @@ import numpy as np
 from tasks.core.metrics.downstream import FinetuneMetrics, FinetuneRun
 from tasks.core.metrics.interpretability import AblationMetrics, AttributionsMetrics, ProbeMetrics, ScalarMixMetrics
 from tasks.core.params import Params
-from tasks.interpretability.ablation import ZONE_LABELS, ZONES
-from tasks.interpretability.attributions import attribution_html
+from tasks.core.params.interpretability import ATTENTION_ZONES as ZONES
+from tasks.report.attributions import attribution_html
 from tasks.report.common import fmt, load_metrics, loaded, save_figure, table
 from tasks.report.finetune import fraction
 from tasks.report.templating import render_blocks
 
+ZONE_LABELS = {"cls": "No [CLS]", "sep_mid": "No mid [SEP]", "sep_end": "No end [SEP]",
+               "special": "No all special", "diagonal": "No diagonal", "q2q": "No Q²", "q2p": "No Q2P",
+               "p2q": "No P2Q", "p2p": "No P²"}
 NAMES = {z: ZONE_LABELS[z][3:] for z in ZONES}  # "No P2Q" -> "P2Q"
 
 
@@ -137,12 +140,12 @@ def probes(metrics: Path, models: list[str], figures: Path) -> dict | None:
     return {"first": first, "table": table(header, rows), "peaks": peaks}
 
 
-def _plot_weights(runs: dict[str, ScalarMixMetrics], tasks: list[str], path: Path) -> Path:
+def _plot_weights(runs: dict[str, dict[str, ScalarMixMetrics]], tasks: list[str], path: Path) -> Path:
     fig, axes = plt.subplots(1, len(tasks), figsize=(4 * len(tasks), 3.2), dpi=110, squeeze=False)
     for ax, task in zip(axes[0], tasks):
         width = 0.8 / len(runs)
         for j, (model, r) in enumerate(runs.items()):
-            w = r.tasks[task].layer_weights
+            w = r[task].layer_weights
             ax.bar(np.arange(len(w)) + (j - (len(runs) - 1) / 2) * width, w, width * 0.9, label=model)
         ax.set_title(task, fontsize=9)
         ax.set_xticks(range(len(w)))
@@ -153,17 +156,17 @@ def _plot_weights(runs: dict[str, ScalarMixMetrics], tasks: list[str], path: Pat
     return save_figure(fig, path)
 
 
-def scalar_mix(metrics: Path, models: list[str], figures: Path) -> dict | None:
+def scalar_mix(metrics: Path, models: list[str], tasks: list[str], figures: Path) -> dict | None:
     """Feature-based vs fine-tuned scores, the learnt layer weights (plotted into
-    ``scalar_mix.png``) and the fine-tuning gap."""
-    runs = loaded(metrics, ScalarMixMetrics, models)
+    ``scalar_mix.png``) and the fine-tuning gap, for the models that ran on every task."""
+    found = loaded(metrics, ScalarMixMetrics, [f"{m}-{t}" for m in models for t in tasks])
+    runs = {m: {t: found[f"{m}-{t}"] for t in tasks} for m in models if all(f"{m}-{t}" in found for t in tasks)}
     if not runs:
         return None
-    tasks = list(next(iter(runs.values())).tasks)
     rows, gaps = [], []
     for model, r in runs.items():
         for task in tasks:
-            t = r.tasks[task]
+            t = r[task]
             seed = _finetuned_run(metrics, model, task, t.seed)
             head = t.headline
             feat = fraction(t.family, t.dev[head])
@@ -173,7 +176,7 @@ def scalar_mix(metrics: Path, models: list[str], figures: Path) -> dict | None:
             rows.append([model, task, head, fmt(feat, 1, True), fmt(full, 1, True) if full is not None else "n/a",
                          " / ".join(f"{w:.2f}" for w in t.layer_weights), f"{t.gamma:.2f}"])
     _plot_weights(runs, tasks, figures / "scalar_mix.png")
-    top = [{"task": task, "layers": [(m, int(np.argmax(r.tasks[task].layer_weights))) for m, r in runs.items()]}
+    top = [{"task": task, "layers": [(m, int(np.argmax(r[task].layer_weights))) for m, r in runs.items()]}
            for task in tasks]
     return {"table": table(["model", "task", "metric", "feature-based", "fine-tuned", "weights s_j", "γ"], rows),
             "top": top, "gaps": [float(g) for g in gaps], "mean_gap": float(np.mean(gaps)) if gaps else None}
@@ -211,5 +214,5 @@ def interpretability_section(params: Params, metrics: Path, results: Path, figur
     return render_blocks("interpretability.md.j2", names=NAMES,
                          ablation=ablation(metrics, params.ablation.models, figures),
                          probes=probes(metrics, params.probe.models, figures),
-                         scalar_mix=scalar_mix(metrics, params.scalar_mix.models, figures),
+                         scalar_mix=scalar_mix(metrics, params.scalar_mix.models, params.scalar_mix.tasks, figures),
                          attributions=attributions(metrics, params.attributions.models, results, report_dir))

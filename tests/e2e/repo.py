@@ -1,6 +1,7 @@
 """A git + DVC repository of the project's code with a shrunk params.yaml, and the commands
 the end-to-end tests run in it."""
 
+import json
 import os
 import re
 import shutil
@@ -11,6 +12,7 @@ from typing import Iterator
 
 import yaml
 
+from tasks.core.params.trace import ENV as PARAMS_TRACE, compare as compare_params
 from tests.conftest import ROOT
 
 
@@ -32,6 +34,27 @@ def lock_outs(repo: Path) -> dict[str, str]:
     return {out["path"]: out["md5"] for stage in lock["stages"].values() for out in stage.get("outs", [])}
 
 
+def params_trace(repo: Path) -> Path:
+    """Where the stages run in ``repo`` record the params keys they read (:mod:`tasks.core.params.trace`)."""
+    return repo.with_name(f"{repo.name}-params-read.jsonl")
+
+
+def params_problems(repo: Path) -> dict[str, tuple[list[str], list[str]]]:
+    """``{stage: (params it reads but does not declare, declared params it never reads)}`` for every
+    stage of ``dvc.lock`` that ran in ``repo`` (empty when each stage declares exactly what it reads)."""
+    read: dict[str, set[str]] = {}
+    for line in params_trace(repo).read_text(encoding="utf-8").splitlines():
+        record = json.loads(line)
+        read.setdefault(" ".join(["python -m", record["module"], *record["args"]]), set()).update(record["keys"])
+    raw = yaml.safe_load((repo / "params.yaml").read_text(encoding="utf-8"))
+    problems = {}
+    for name, stage in yaml.safe_load((repo / "dvc.lock").read_text(encoding="utf-8"))["stages"].items():
+        missing, over = compare_params(set(stage.get("params", {}).get("params.yaml", {})), read[stage["cmd"]], raw)
+        if missing or over:
+            problems[name] = sorted(missing), sorted(over)
+    return problems
+
+
 def write_params(repo: Path, params: dict) -> None:
     (repo / "params.yaml").write_text(yaml.safe_dump(params, allow_unicode=True), encoding="utf-8")
 
@@ -45,7 +68,8 @@ def reproduced(repo: Path, params: dict, prefect_api: str) -> Iterator[tuple[dic
         shutil.copytree(ROOT / name, repo / name, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(ROOT / "dvc.yaml", repo)
     write_params(repo, params)
-    env = {**os.environ, "PREFECT_API_URL": prefect_api, "PYTHONPATH": str(repo)}
+    env = {**os.environ, "PREFECT_API_URL": prefect_api, "PYTHONPATH": str(repo),
+           PARAMS_TRACE: str(params_trace(repo))}
     for cmd in (["git", "init", "-q"], ["dvc", "init", "-q"], ["dvc", "config", "core.analytics", "false"]):
         run(cmd, repo, env)
     shutil.copy(ROOT / ".dvcignore", repo)  # the project's: code folders' caches (bytecode, Numba) are not deps

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from tests.conftest import small_params
-from tests.e2e.repo import lock_outs, ran_stages, reproduced, run, write_params
+from tests.e2e.repo import lock_outs, params_problems, ran_stages, reproduced, run, write_params
 
 pytestmark = pytest.mark.slow
 
@@ -23,8 +23,8 @@ DATA_STAGES = ["acquire", *(f"downstream@{t}" for t in TASKS), "ingest", "segmen
                *(f"resample@{m}" for m in MIXTURES)]
 MULTILINGUAL_STAGES = {*(f"continue_pretrain@{m}" for m in MIXTURES), "prune_vocab"}
 FINETUNE_STAGES = {f"{'finetune_baseline' if m == 'random' else 'finetune'}@{m}-{t}" for m in MODELS for t in TASKS}
-ANALYSIS_STAGES = {f"{analysis}@{m}" for analysis in ("ablation", "probe", "scalar_mix") for m in MODELS} | \
-    {"attributions@wwm"}
+ANALYSIS_STAGES = {f"{analysis}@{m}" for analysis in ("ablation", "probe") for m in MODELS} | \
+    {f"scalar_mix@{m}-{t}" for m in MODELS for t in ("sentiment", "msra_ner")} | {"attributions@wwm"}
 COMPRESSED = ["sentiment", "msra_ner", "msra_mrc"]  # compression.tasks
 COMPRESSION_STAGES = {*(f"distill@l1-{t}" for t in COMPRESSED), *(f"prune@wwm-{t}" for t in COMPRESSED)}
 
@@ -61,6 +61,13 @@ def test_every_stage_runs_and_produces_its_outputs(repo):
                                                         "bert_vocab", "udhr", "cantonese", "korean",
                                                         "uyghur_proverbs"}
     assert all(len(e["sha256"]) == 64 and e["bytes"] > 0 for e in manifest["files"])
+
+
+def test_each_stage_declares_exactly_the_params_it_reads(repo):
+    """dvc.yaml's params deps against the keys each stage read (tasks.core.params.trace): a key
+    it reads but does not declare could change its result unseen; one it declares but never
+    reads (e.g. finetune.tasks for a fine-tuning run) reruns it for nothing."""
+    assert params_problems(repo[0]) == {}
 
 
 def test_second_repro_does_nothing(repo):
@@ -121,10 +128,9 @@ def test_interpretability_stages(repo):
         for name in ("pos", "ner"):
             assert [x["layer"] for x in probe[name]["layers"]] == [0, 1]  # embeddings + one block
             assert all(0 <= x["accuracy"] <= 1 for x in probe[name]["layers"])
-        mix = json.loads((repo / "metrics" / "scalar_mix" / f"{model}.json").read_text())
         for task in ("sentiment", "msra_ner"):
-            assert len(mix["tasks"][task]["layer_weights"]) == 2
-            assert abs(sum(mix["tasks"][task]["layer_weights"]) - 1) < 1e-6
+            mix = json.loads((repo / "metrics" / "scalar_mix" / f"{model}-{task}.json").read_text())
+            assert len(mix["layer_weights"]) == 2 and abs(sum(mix["layer_weights"]) - 1) < 1e-6
     attributions = json.loads((repo / "metrics" / "attributions" / "wwm.json").read_text())
     assert attributions["examples"] and all(len(e["tokens"]) == len(e["attributions"])
                                             for e in attributions["examples"])
@@ -144,7 +150,7 @@ def test_compression_stages(repo, monkeypatch):
     from tasks.core.model_dir import load_tokenizer
     from tasks.core.params import load_params
     from tasks.downstream.families import FAMILIES, load_task_data
-    from tasks.downstream.finetune import load_finetuned, model_file, read_scores
+    from tasks.downstream.finetuned import load_finetuned, model_file, read_scores
 
     repo, _, _ = repo
     for task in COMPRESSED:

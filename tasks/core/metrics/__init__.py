@@ -36,7 +36,7 @@ to its model):
 * ``prune_vocab.json``: :class:`PruneVocabMetrics`, stage ``prune_vocab``
 * ``ablation/<model>.json``: :class:`AblationMetrics`, stage ``ablation``
 * ``probe/<model>.json``: :class:`ProbeMetrics`, stage ``probe``
-* ``scalar_mix/<model>.json``: :class:`ScalarMixMetrics`, stage ``scalar_mix``
+* ``scalar_mix/<model>-<task>.json``: :class:`ScalarMixMetrics`, stage ``scalar_mix``
 * ``attributions/<model>.json``: :class:`AttributionsMetrics`, stage ``attributions``
 * ``distill/<student>-<task>.json``: :class:`DistillMetrics`, stage ``distill``
 * ``prune/<model>-<task>.json``: :class:`PruneMetrics`, stage ``prune``

@@ -11,8 +11,7 @@ from __future__ import annotations
 from typing import Literal
 
 from tasks.core.metrics.base import Metrics, Record, absent
-
-Family = Literal["classification", "mrc", "ner"]
+from tasks.core.params.downstream import TaskFamily as Family, Training
 
 
 class Malformed(Record):
@@ -106,30 +105,6 @@ class SeedSummary(Record):
     """Seeds."""
 
 
-class FinetuneTraining(Record):
-    """The task's fine-tuning knobs (``params.finetune`` with the task's overrides,
-    :class:`tasks.core.params.Training`)."""
-
-    max_seq_length: int
-    epochs: float
-    batch_size: int
-    learning_rate: float
-    """Peak learning rate (AdamW; linear warm-up, then linear decay to 0)."""
-    warmup_fraction: float
-    """Fraction (0-1) of the steps spent warming up."""
-    weight_decay: float
-    max_grad_norm: float
-    dropout: float
-    eval_batch_size: int = absent()
-    """Absent in runs from before it was a param."""
-    pooling: Literal["mean", "cls"]
-    doc_stride: int
-    max_query_length: int = absent()
-    """Absent in runs from before it was a param."""
-    max_answer_length: int
-    n_best: int
-
-
 class FitSummary(Record):
     """What :func:`tasks.downstream.finetune.fit` returns."""
 
@@ -176,7 +151,7 @@ class FinetuneMetrics(Metrics):
     encoding: dict[str, dict[str, int]] = absent()
     """Split -> what encoding counted (NER truncation, MRC answers no window holds);
     absent in runs from before it was written."""
-    training: FinetuneTraining
+    training: Training
     runs: list[FinetuneRun]
     dev: dict[str, SeedSummary]
     """Metric -> its summary over the seeds."""

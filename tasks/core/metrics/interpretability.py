@@ -4,7 +4,8 @@ feature-based scalar mix, and Integrated Gradients attributions."""
 from __future__ import annotations
 
 from tasks.core.metrics.base import Metrics, Record, absent
-from tasks.core.metrics.downstream import Family, FinetuneTraining, FitSummary, Scores
+from tasks.core.metrics.downstream import Family, FitSummary, Scores
+from tasks.core.params.downstream import Training
 
 
 class AblationEvaluation(Record):
@@ -18,7 +19,7 @@ class AblationEvaluation(Record):
 
 class AblationMetrics(Metrics):
     """Stage ``ablation@<model>``: official CMRC 2018 EM/F1 (percentages) with each attention
-    zone blocked. Zone keys are those of :data:`tasks.interpretability.ablation.ZONES`; layers
+    zone blocked. Zone keys are those of :data:`tasks.core.params.interpretability.ATTENTION_ZONES`; layers
     and heads are keyed ``layer_<k>`` and ``head_<h>`` (from 0)."""
 
     file = "ablation/<model>.json"
@@ -29,10 +30,7 @@ class AblationMetrics(Metrics):
     """The fine-tuning seed (``finetune``'s first)."""
     layers: int
     heads: int
-    training: FinetuneTraining
-    train: FitSummary = absent()
-    """The fine-tuning summary when this stage trained the model; absent when it read back the
-    model ``finetune`` saved (that run's summary is in ``metrics/finetune/<model>-<task>.json``)."""
+    training: Training
     baseline: Scores
     all_layers: dict[str, Scores]
     """Zone -> scores with it blocked in every layer."""
@@ -76,9 +74,15 @@ class ProbeMetrics(Metrics):
     """Wall-clock seconds of both probes (2 decimals)."""
 
 
-class FeatureBasedRun(Record):
-    """One task with the encoder frozen and a head on the scalar mix of its layers."""
+class ScalarMixMetrics(Metrics):
+    """Stage ``scalar_mix@<model>-<task>``: the feature-based approach, the encoder frozen and a
+    head on the scalar mix of its layers."""
 
+    file = "scalar_mix/<model>-<task>.json"
+    model: str
+    task: str
+    learning_rate: float
+    """Peak learning rate of the mix and the head (``scalar_mix.learning_rate``; the encoder is frozen)."""
     family: Family
     headline: str
     seed: int
@@ -89,16 +93,6 @@ class FeatureBasedRun(Record):
     """The learnt scale γ."""
     dev: Scores
     test: Scores
-
-
-class ScalarMixMetrics(Metrics):
-    """Stage ``scalar_mix@<model>``: the feature-based approach on each task of ``scalar_mix.tasks``."""
-
-    file = "scalar_mix/<model>.json"
-    model: str
-    learning_rate: float
-    """Peak learning rate of the mix and the head (``scalar_mix.learning_rate``; the encoder is frozen)."""
-    tasks: dict[str, FeatureBasedRun]
 
 
 class AttributedExample(Record):

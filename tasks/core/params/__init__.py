@@ -14,19 +14,21 @@ exports every section's names, so ``from tasks.core.params import X`` works for 
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import yaml
 from pydantic import Field, NonNegativeInt, ValidationError, model_validator
 
 from tasks.core.errors import ParamsError
+from tasks.core.params import trace
 from tasks.core.params.base import _Strict
 from tasks.core.params.compression import Compression, Distill, IntermediateMatch, Prune, Student
 from tasks.core.params.corpus import (Corpus, CorpusInput, HubSource, LocalSource, PackageFile, PackageSource,
                                       Segment, Source, Tokenizer)
 from tasks.core.params.execution import EXECUTOR_KINDS, Executor, Shards
 from tasks.core.params.downstream import (FAMILY_LOADERS, FAMILY_METRICS, SPLITS, DownstreamTask, Finetune, HubModel,
-                                          TaskSplit, Training)
+                                          TaskData, TaskSplit, Training)
 from tasks.core.params.interpretability import (ATTENTION_ZONES, Ablation, Attributions, Probe, ProbeSplit,
                                                 ScalarMixParams)
 from tasks.core.params.multilingual import (MULTILINGUAL_FORMATS, ContinuedPretraining, Mixture, Multilingual,
@@ -44,7 +46,7 @@ __all__ = [
     "ModelSize", "Pretrain", "Distributed",
     "MULTILINGUAL_FORMATS", "MultilingualInput", "Mixture", "VocabExtension", "ContinuedPretraining",
     "VocabPruning", "Multilingual",
-    "FAMILY_LOADERS", "FAMILY_METRICS", "SPLITS", "Training", "TaskSplit", "DownstreamTask", "Finetune", "HubModel",
+    "FAMILY_LOADERS", "FAMILY_METRICS", "SPLITS", "Training", "TaskSplit", "TaskData", "DownstreamTask", "Finetune", "HubModel",
     "Compression", "Distill", "IntermediateMatch", "Prune", "Student",
     "ATTENTION_ZONES", "Ablation", "ProbeSplit", "Probe", "ScalarMixParams", "Attributions",
 ]
@@ -89,8 +91,8 @@ class Params(_Strict):
             if item.source not in self.sources:
                 raise ValueError(f"corpus.inputs[{i}].source: no source named {item.source!r} in sources")
         for name, task in self.tasks.items():
-            if task.source not in self.sources:
-                raise ValueError(f"tasks.{name}.source: no source named {task.source!r} in sources")
+            if task.data.source not in self.sources:
+                raise ValueError(f"tasks.{name}.data.source: no source named {task.data.source!r} in sources")
         for name, model in self.hub_models.items():
             if model.source is not None and model.source not in self.sources:
                 raise ValueError(f"hub_models.{name}.source: no source named {model.source!r} in sources")
@@ -148,6 +150,15 @@ class Params(_Strict):
             for name in getattr(self, block).models:
                 if name not in self.compare and name != "random" and name not in self.hub_models:
                     raise ValueError(f"{block}.models: {name!r} is not in compare, 'random' or hub_models")
+        # these two study the models finetune saved (tasks.downstream.finetuned): it must make them
+        for block in ("ablation", "attributions"):
+            cfg = getattr(self, block)
+            if cfg.task not in self.finetune.tasks:
+                raise ValueError(f"{block}.task: {cfg.task!r} is not in finetune.tasks, so no model is fine-tuned on it")
+            for name in cfg.models:
+                if name not in self.finetune_models:
+                    raise ValueError(f"{block}.models: {name!r} is not fine-tuned (add it to compare or "
+                                     f"finetune.baselines)")
 
     def _check_compression(self) -> None:
         """Compression names fine-tuned models and tasks."""
@@ -203,6 +214,9 @@ def load_params(path: str | Path = PARAMS_FILE) -> Params:
     except yaml.YAMLError as exc:
         raise ParamsError(f"{path}: not valid YAML: {exc}") from None
     try:
-        return Params.model_validate(raw)
+        params = Params.model_validate(raw)
     except ValidationError as exc:
         raise ParamsError(f"{path}: invalid parameters:\n{_format_errors(exc)}") from None
+    if os.environ.get(trace.ENV):  # the end-to-end test's check of each stage's params deps
+        trace.start(params, raw, _Strict)
+    return params

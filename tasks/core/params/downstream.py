@@ -15,6 +15,7 @@ from pydantic import Field, NonNegativeInt, PositiveInt, model_validator
 
 from tasks.core.params.base import _Strict
 
+TaskFamily = Literal["classification", "mrc", "ner"]  # tasks.downstream.families.FAMILIES
 FAMILY_LOADERS = {
     "classification": ("polarity_lines", "glue", "clue_jsonl", "table"),
     "mrc": ("squad", "ner_as_mrc"),
@@ -56,14 +57,13 @@ class TaskSplit(_Strict):
     test: float | None = Field(None, gt=0, lt=1)
 
 
-class DownstreamTask(_Strict):
-    """A downstream task: where its data comes from, how to read it, and how it is scored."""
+class TaskData(_Strict):
+    """Where a task's data comes from and how it is read, split and capped: what stage
+    ``downstream@<task>`` reads (and nothing else does)."""
 
-    family: Literal["classification", "mrc", "ner"]
     loader: str = Field(description="how the files are read; see FAMILY_LOADERS")
     source: str
     files: dict[str, str] = Field(min_length=1, description="role (train/dev/test/all, positive/negative) -> file")
-    metrics: list[str] = Field(min_length=1, description="the first one is the headline metric")
     split: TaskSplit = TaskSplit()
     limit: dict[str, PositiveInt] = Field(default_factory=dict, description="split -> max examples (seeded subset)")
     malformed: Literal["fail", "skip", "repair"] = Field(description="records that break the format")
@@ -72,17 +72,9 @@ class DownstreamTask(_Strict):
     labels: list[str] | None = None
     scheme: Literal["bio", "bioes", "bmes"] = "bio"
     queries: dict[str, str] | None = None
-    training: dict[str, float | int | str] = Field(default_factory=dict, description="overrides of finetune knobs")
 
     @model_validator(mode="after")
-    def _consistent(self) -> "DownstreamTask":
-        if self.loader not in FAMILY_LOADERS[self.family]:
-            raise ValueError(f"loader {self.loader!r} does not read {self.family} data; "
-                             f"use one of {', '.join(FAMILY_LOADERS[self.family])}")
-        unknown = [m for m in self.metrics if m not in FAMILY_METRICS[self.family]]
-        if unknown:
-            raise ValueError(f"unknown {self.family} metric(s) {', '.join(unknown)}; "
-                             f"known: {', '.join(FAMILY_METRICS[self.family])}")
+    def _consistent(self) -> "TaskData":
         bad = [k for k in self.limit if k not in SPLITS]
         if bad:
             raise ValueError(f"limit: unknown split(s) {', '.join(bad)}; known: {', '.join(SPLITS)}")
@@ -92,13 +84,35 @@ class DownstreamTask(_Strict):
                              f"(the fraction of train carved out for it)")
         if self.loader == "glue" and not self.glue_task:
             raise ValueError("loader glue needs glue_task (e.g. SST-2)")
+        return self
+
+
+class DownstreamTask(_Strict):
+    """A downstream task: its family, how it is scored, its data (``data``: what ``downstream``
+    reads) and its fine-tuning knobs (``training``: what ``finetune`` reads, with ``family`` and
+    ``metrics``). ``training`` is required, ``{}`` for finetune's defaults, so that DVC can track it."""
+
+    family: TaskFamily
+    metrics: list[str] = Field(min_length=1, description="the first one is the headline metric")
+    data: TaskData
+    training: dict[str, float | int | str] = Field(description="overrides of finetune.training ({} for none)")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "DownstreamTask":
+        if self.data.loader not in FAMILY_LOADERS[self.family]:
+            raise ValueError(f"data.loader {self.data.loader!r} does not read {self.family} data; "
+                             f"use one of {', '.join(FAMILY_LOADERS[self.family])}")
+        unknown = [m for m in self.metrics if m not in FAMILY_METRICS[self.family]]
+        if unknown:
+            raise ValueError(f"unknown {self.family} metric(s) {', '.join(unknown)}; "
+                             f"known: {', '.join(FAMILY_METRICS[self.family])}")
         bad = set(self.training) - set(Training.model_fields)
         if bad:
             raise ValueError(f"training: unknown knob(s) {', '.join(sorted(bad))}")
         return self
 
 
-class Finetune(Training):
+class Finetune(_Strict):
     baselines: list[str] = Field(description="models fine-tuned beside the compared objectives: random, hub_models")
     tasks: list[str] = Field(min_length=1)
     seeds: list[NonNegativeInt] = Field(min_length=1)
@@ -106,11 +120,11 @@ class Finetune(Training):
         1, description="CPU processes that run the seeds of finetune, distill and prune side by side, one "
                        "intra-op thread each; 1: the seeds in turn in the stage's process, with all its threads")
     device: str
+    training: Training = Field(description="the knobs of every task; tasks.<name>.training overrides them")
 
     def for_task(self, task: DownstreamTask) -> Training:
-        """The knobs for ``task``: these defaults with the task's overrides."""
-        base = {k: getattr(self, k) for k in Training.model_fields}
-        return Training(**{**base, **task.training})
+        """The knobs for ``task``: :attr:`training` with the task's overrides."""
+        return Training(**{**self.training.model_dump(), **task.training})
 
 
 class HubModel(_Strict):

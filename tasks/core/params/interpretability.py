@@ -8,30 +8,26 @@ Which models each analysis looks at, on which task, and its own knobs (stages
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, get_args
 
-from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt, field_validator
+from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt
 
 from tasks.core.params.base import _Strict
 
-ATTENTION_ZONES = ("cls", "sep_mid", "sep_end", "special", "diagonal", "q2q", "q2p", "p2q", "p2p")
+# The attention zones of Cui et al. 2022 (:mod:`tasks.interpretability.ablation`): [CLS], the middle and
+# end [SEP], all special tokens, the diagonal, and question/passage to question/passage.
+AttentionZone = Literal["cls", "sep_mid", "sep_end", "special", "diagonal", "q2q", "q2p", "p2q", "p2p"]
+ATTENTION_ZONES: tuple[str, ...] = get_args(AttentionZone)
 
 
 class Ablation(_Strict):
     """Attention-zone ablation (stage ``ablation@<model>``, :mod:`tasks.interpretability.ablation`)."""
 
-    task: str = Field(description="an MRC task; each model is fine-tuned on it (first finetune seed)")
-    models: list[str] = Field(description="compared objectives, 'random' or hub_models names")
+    task: str = Field(description="an MRC task of finetune.tasks: the model finetune saved for it (first seed)")
+    models: list[str] = Field(description="fine-tuned models (compare or finetune.baselines)")
     split: Literal["dev", "test"] = "dev"
-    per_head_zones: list[str] = Field(description="zones also blocked head by head; all zones = the full grid")
-
-    @field_validator("per_head_zones")
-    @classmethod
-    def _known_zones(cls, value: list[str]) -> list[str]:
-        unknown = [z for z in value if z not in ATTENTION_ZONES]
-        if unknown:
-            raise ValueError(f"unknown zone(s) {', '.join(unknown)}; zones: {', '.join(ATTENTION_ZONES)}")
-        return value
+    per_head_zones: list[AttentionZone] = Field(description="zones also blocked head by head; all zones = the full "
+                                                            "grid")
 
 
 class ProbeSplit(_Strict):
@@ -52,7 +48,7 @@ class Probe(_Strict):
 
 
 class ScalarMixParams(_Strict):
-    """Frozen encoder + ELMo scalar mix (stage ``scalar_mix@<model>``, :mod:`tasks.interpretability.scalar_mix`)."""
+    """Frozen encoder + ELMo scalar mix (stage ``scalar_mix@<model>-<task>``, :mod:`tasks.interpretability.scalar_mix`)."""
 
     models: list[str]
     tasks: list[str] = Field(description="classification or NER tasks; trained as finetune trains them")
@@ -63,7 +59,8 @@ class Attributions(_Strict):
     """Integrated Gradients and attention maps (stage ``attributions@<model>``, :mod:`tasks.interpretability.attributions`)."""
 
     models: list[str]
-    task: str = Field(description="a classification task; the model is fine-tuned on it (first finetune seed)")
+    task: str = Field(description="a classification task of finetune.tasks: the model finetune saved for it "
+                                  "(first seed)")
     correct: NonNegativeInt = Field(description="the most confident correct dev predictions shown")
     wrong: NonNegativeInt = Field(description="the most confident wrong dev predictions shown")
     max_tokens: PositiveInt = Field(description="only examples this short are shown (readable maps)")

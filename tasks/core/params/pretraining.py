@@ -9,14 +9,16 @@ the encoder's size and ``pretrain`` the training run. The values live in ``param
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import Literal, get_args
 
 from pydantic import Field, field_validator, model_validator
 
 from tasks.core.params.base import _Strict
 
-MASKING_SCHEMES = ("mlm", "wwm", "ngram")
-SENTENCE_TASKS = ("nsp", "sop")
+MaskingScheme = Literal["mlm", "wwm", "ngram"]  # token selection (tasks.pretraining.masking)
+SentenceTask = Literal["nsp", "sop"]  # segment-pair task (tasks.pretraining.pairing)
+MASKING_SCHEMES: tuple[str, ...] = get_args(MaskingScheme)
+SENTENCE_TASKS: tuple[str, ...] = get_args(SentenceTask)
 
 
 class Replacement(_Strict):

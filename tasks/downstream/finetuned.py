@@ -1,0 +1,149 @@
+"""What ``finetune@<model>-<task>`` leaves behind, and the stages that study it.
+
+Per seed, finetune saves the whole task model (``model-seed<k>.safetensors``: encoder and
+head), its dev and test predictions (``<split>-seed<k>.json[l]``), and every seed's scores
+(``scores.json``, no timings, so byte-identical whenever the models are), all in
+``results/finetune/<model>-<task>/``. The compression and interpretability stages study those
+models instead of training them again; :func:`task_run` is their common start (the task's params,
+its splits encoded for the model, the device) and :class:`TaskRun` reads the models back.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import torch
+from safetensors.torch import load_model as load_safetensors, save_model
+
+from tasks.core import paths
+from tasks.core.errors import SourceError
+from tasks.core.io import read_json, write_json, write_jsonl
+from tasks.core.model_dir import WEIGHT_ERRORS, load_model, load_tokenizer
+from tasks.core.params import DownstreamTask, Params, Training
+from tasks.downstream.families import FAMILIES, Family, load_task_data
+from tasks.training.device import resolve_device
+
+
+def model_file(folder: Path, seed: int) -> Path:
+    """Where ``finetune`` keeps the model fine-tuned under ``seed``: ``<folder>/model-seed<seed>.safetensors``."""
+    return folder / f"model-seed{seed}.safetensors"
+
+
+def save_finetuned(model: torch.nn.Module, file: Path) -> None:
+    """The whole task model (encoder and head) as one safetensors file (shared tensors once)."""
+    save_model(model, str(file))
+
+
+def write_scores(folder: Path, runs: list[dict]) -> None:
+    """Each seed's dev and test scores (``runs``: :class:`tasks.core.metrics.FinetuneRun` fields)
+    as ``<folder>/scores.json``, beside the models: unlike the stage's metrics it holds no
+    timings, so it is byte-identical whenever the models are, and stages that reuse the scores
+    can depend on it without rerunning each time finetune does."""
+    write_json(folder / "scores.json", {"runs": [{k: run[k] for k in ("seed", "dev", "test")} for run in runs]})
+
+
+def read_scores(folder: Path, seeds: list[int], metrics: list[str]) -> list[dict]:
+    """The ``metrics`` that :func:`write_scores` recorded for ``seeds``, in that order:
+    ``[{"seed": s, "dev": {metric: score}, "test": {...}}]``.
+
+    Raises:
+        SourceError: the file is missing or unreadable, or lacks a seed or a metric (params
+            changed since finetune ran: rerun it).
+    """
+    file = folder / "scores.json"
+    try:
+        by_seed = {run["seed"]: run for run in read_json(file)["runs"]}
+        return [{"seed": s, **{split: {m: by_seed[s][split][m] for m in metrics} for split in ("dev", "test")}}
+                for s in seeds]
+    except FileNotFoundError:
+        raise SourceError(f"{file} is missing: stage finetune writes it (dvc repro finetune)") from None
+    except (ValueError, KeyError, TypeError) as exc:
+        raise SourceError(f"{file}: no {exc} among finetune's scores for seeds {seeds} and metrics {metrics}; "
+                          "rerun finetune (dvc repro finetune)") from None
+
+
+def load_finetuned(family, model_dir: Path, labels, training, file: Path) -> torch.nn.Module:
+    """A model :func:`save_finetuned` wrote: ``family``'s head on the encoder of ``model_dir`` (the
+    architecture), then every weight from ``file`` (strict), in eval mode.
+
+    Raises:
+        SourceError: ``file`` is missing, truncated, or does not fit the architecture (names it and
+            the stage that writes it).
+    """
+    if not file.is_file():
+        raise SourceError(f"{file} is missing: stage finetune writes it (dvc repro finetune)")
+    model = load_model(model_dir, lambda path: family.model(path, labels, training))
+    try:
+        load_safetensors(model, str(file), strict=True)
+    except WEIGHT_ERRORS as exc:
+        raise SourceError(f"{file}: not a fine-tuned model of {model_dir}: {str(exc).splitlines()[0]}") from None
+    return model.eval()
+
+
+def write_predictions(folder: Path, predictions: dict) -> None:
+    """``{seed: {split: predictions}}`` as ``<split>-seed<seed>.json`` (MRC: the official
+    ``{id: answer}`` file) or ``.jsonl`` (one record a line) in ``folder``, created here."""
+    folder.mkdir(parents=True)
+    for seed, by_split in predictions.items():
+        for split, preds in by_split.items():
+            if isinstance(preds, dict):
+                write_json(folder / f"{split}-seed{seed}.json", preds)
+            else:
+                write_jsonl(folder / f"{split}-seed{seed}.jsonl", preds)
+
+
+@dataclass
+class TaskRun:
+    """A model's view of one task: the task's params, its splits encoded for the model's tokenizer,
+    and the models finetune saved for it (:meth:`finetuned`)."""
+
+    task: str
+    spec: DownstreamTask
+    family: Family
+    training: Training
+    model_dir: Path
+    tokenizer: Any
+    tables: dict[str, pa.Table]
+    labels: list[str] | None
+    data: dict[str, Any]
+    device: torch.device
+    folder: Path
+    """``results/finetune/<model>-<task>``."""
+
+    def finetuned(self, seed: int) -> torch.nn.Module:
+        """The model finetune fine-tuned under ``seed`` (:func:`load_finetuned`), on :attr:`device`.
+
+        Raises:
+            SourceError: its file is missing or does not fit the model.
+        """
+        model = load_finetuned(self.family, self.model_dir, self.labels, self.training, model_file(self.folder, seed))
+        return model.to(self.device)
+
+    def scores(self, seeds: list[int]) -> list[dict]:
+        """finetune's recorded dev and test scores of ``seeds`` (:func:`read_scores`)."""
+        return read_scores(self.folder, seeds, self.spec.metrics)
+
+    def evaluate(self, model: torch.nn.Module, split: str) -> dict[str, float]:
+        """The task's metrics of ``model`` on ``split``."""
+        return self.family.evaluate(model, self.data[split], self.tables[split], self.training, self.labels,
+                                    self.spec.metrics, self.device)[0]
+
+
+def task_run(params: Params, model_name: str, task_name: str) -> TaskRun:
+    """:class:`TaskRun` of ``models/<model_name>`` on ``task_name``: its train, dev and test splits
+    encoded as finetune encodes them (so the labels are the same), on ``finetune.device``.
+
+    Raises:
+        ParamsError: an unknown task.
+        SourceError: the model's tokenizer or a split is missing.
+    """
+    spec = params.task(task_name)
+    family, training, model_dir = FAMILIES[spec.family], params.finetune.for_task(spec), paths.MODELS / model_name
+    tokenizer = load_tokenizer(model_dir)
+    tables, labels, data = load_task_data(task_name, family, ("train", "dev", "test"), tokenizer, training)
+    return TaskRun(task_name, spec, family, training, model_dir, tokenizer, tables, labels, data,
+                   resolve_device(params.finetune.device),
+                   paths.PREDICTIONS / paths.finetune_name(model_name, task_name))
