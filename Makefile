@@ -44,6 +44,7 @@ bench: setup
 	python benchmarks/batching.py
 	python benchmarks/attention_zones.py
 	python benchmarks/scale.py
+	python benchmarks/summary.py
 
 # The bert-base preset for 300 steps on CUDA, next to Hugging Face's Trainer: tokens/s, MFU,
 # peak memory (benchmarks/results/gpu_check.json). Without a GPU it says so and exits 0.

@@ -155,12 +155,12 @@ def test_impossible_or_missing_values_name_the_key(tmp_path, raw, edit, message)
 
 
 def test_readme_cmrc2018_example_is_valid_and_leaves_room_for_context(tmp_path, raw):
-    """The README's own-MRC-data example validates, and its windows fit the pipeline models:
+    """docs/data.md's own-MRC-data example validates, and its windows fit the pipeline models:
     doc_stride + max_query_length + 3 special tokens < max_seq_length <= the pretrained positions."""
     import re
 
     from tests.conftest import ROOT
-    block = re.search(r"```yaml\n(sources:\n  cmrc2018:.*?)```", (ROOT / "README.md").read_text(), re.S).group(1)
+    block = re.search(r"```yaml\n(sources:\n  cmrc2018:.*?)```", (ROOT / "docs" / "data.md").read_text(), re.S).group(1)
     example = yaml.safe_load(block)
     raw["sources"].update(example["sources"])
     raw["tasks"].update(example["tasks"])
