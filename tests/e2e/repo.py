@@ -41,7 +41,8 @@ def params_trace(repo: Path) -> Path:
 
 def params_problems(repo: Path) -> dict[str, tuple[list[str], list[str]]]:
     """``{stage: (params it reads but does not declare, declared params it never reads)}`` for every
-    stage of ``dvc.lock`` that ran in ``repo`` (empty when each stage declares exactly what it reads)."""
+    stage of ``dvc.lock`` that ran in ``repo`` (empty when each stage declares exactly what it reads);
+    a stage that depends on the whole of ``params.yaml`` (the report, which shows it) reads anything."""
     read: dict[str, set[str]] = {}
     for line in params_trace(repo).read_text(encoding="utf-8").splitlines():
         record = json.loads(line)
@@ -49,6 +50,8 @@ def params_problems(repo: Path) -> dict[str, tuple[list[str], list[str]]]:
     raw = yaml.safe_load((repo / "params.yaml").read_text(encoding="utf-8"))
     problems = {}
     for name, stage in yaml.safe_load((repo / "dvc.lock").read_text(encoding="utf-8"))["stages"].items():
+        if any(dep["path"] == "params.yaml" for dep in stage.get("deps", [])):
+            continue
         missing, over = compare_params(set(stage.get("params", {}).get("params.yaml", {})), read[stage["cmd"]], raw)
         if missing or over:
             problems[name] = sorted(missing), sorted(over)
