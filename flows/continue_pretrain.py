@@ -32,7 +32,7 @@ def continue_pretrain(mixture: str) -> None:
     logger = get_run_logger()
     tokenizer = AutoTokenizer.from_pretrained(paths.MULTILINGUAL_TOKENIZER)
     model, old_vocab = resized_base_model(paths.MODELS / spec.base_model, len(tokenizer), seed)
-    ranks, device = join_process_group(params.pretrain.device)  # one DDP rank per process under torchrun
+    ranks, device = join_process_group(params.pretrain.device, "pretrain.device")  # a DDP rank under torchrun
     heldout = pack_table(tokenizer, read_documents(paths.MULTILINGUAL, "heldout"), data_cfg.max_seq_length)
     evaluate = partial(evaluate_heldout, model=model, sequences=heldout, data_cfg=data_cfg, seed=seed,
                        mask_token_id=tokenizer.mask_token_id, device=device)
@@ -63,4 +63,4 @@ def continue_pretrain(mixture: str) -> None:
 
 
 if __name__ == "__main__":
-    run_training_stage(continue_pretrain, *sys.argv[1:])
+    run_training_stage(continue_pretrain, *sys.argv[1:], device="pretrain.device")

@@ -39,7 +39,7 @@ def finetune(model_name: str, task_name: str) -> None:
     tables, labels, data = load_task_data(task_name, family, ("train", "dev", "test"), tokenizer, training)
     # truncation (NER) and answers no window holds (MRC): counted, never silently lost
     encoding = {s: d.stats for s, d in data.items() if getattr(d, "stats", None)}
-    ranks, device = join_process_group(cfg.device)  # one DDP rank per process under torchrun
+    ranks, device = join_process_group(cfg.device, "finetune.device")  # one DDP rank per process under torchrun
     t0 = time.perf_counter()
     seed_run = partial(run_seed, family, model_dir, labels, data, tables, training, spec.metrics,
                        device=device, ranks=ranks)
@@ -62,4 +62,4 @@ def finetune(model_name: str, task_name: str) -> None:
 
 
 if __name__ == "__main__":
-    run_training_stage(finetune, *sys.argv[1:])
+    run_training_stage(finetune, *sys.argv[1:], device="finetune.device")

@@ -13,6 +13,7 @@ import sys
 from prefect import flow, get_run_logger
 from prefect.deployments.runner import RunnerDeployment
 
+from tasks.core.stage import run_stage
 from tasks.orchestration.repro import repro_stage, stage_order
 
 DEPLOYMENT = "nightly"
@@ -50,4 +51,4 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    run_stage(main, sys.argv[1:])  # a failed stage ends it with that stage's one line, not a traceback

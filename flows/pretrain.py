@@ -34,7 +34,7 @@ def pretrain(objective: str) -> None:
     data = PretrainingExamples.from_table(read_shards(paths.PRETRAINING / objective), masker)
     init_folder = resolve_init_from(params.pretrain.init_from, params)  # None: random init
     model = pretraining_model(params, spec, masking, tokenizer, init_folder)
-    ranks, device = join_process_group(params.pretrain.device)  # one DDP rank per process under torchrun
+    ranks, device = join_process_group(params.pretrain.device, "pretrain.device")  # a DDP rank under torchrun
     prepare_model(model, params.pretrain, device)  # TF32, activation checkpointing, compile
     checkpoint, fingerprint = pretrain_checkpoint(objective, params, spec, masking, init_folder)
     if init_folder is not None:
@@ -60,4 +60,4 @@ def pretrain(objective: str) -> None:
 
 
 if __name__ == "__main__":
-    run_training_stage(pretrain, *sys.argv[1:])
+    run_training_stage(pretrain, *sys.argv[1:], device="pretrain.device")

@@ -4,6 +4,7 @@ masked copies; dynamic: the sequences, masked later at batch time), into memory-
 Arrow IPC shards. The corpus streams through by record batches; the packed rows wait in a
 scratch folder on disk, so memory holds a few shards, never the corpus."""
 
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -13,7 +14,7 @@ from prefect import flow, get_run_logger
 from transformers import BertTokenizerFast  # not AutoTokenizer, which imports torch
 
 from tasks.core import paths
-from tasks.core.io import atomic_outputs
+from tasks.core.io import atomic_outputs, remove_orphans
 from tasks.core.metrics.base import write_metrics
 from tasks.core.metrics.pretraining import PretrainingDataMetrics
 from tasks.core.params import load_params
@@ -36,10 +37,11 @@ def pretraining_data(objective: str) -> None:
     lexicon = pq.read_table(paths.LEXICON) if masking.similar else None
     stats = {"objective": objective}
     paths.PRETRAINING.mkdir(parents=True, exist_ok=True)
+    remove_orphans(paths.PRETRAINING, f".{objective}.packed-")  # a killed run's scratch folder
     # packed rows spill to a scratch folder beside the output (same disk), not to memory
     with atomic_outputs(paths.PRETRAINING / objective,
                         paths.stage_metrics("pretraining_data", objective)) as (out, metrics), \
-            tempfile.TemporaryDirectory(prefix=f".{objective}.packed-", dir=paths.PRETRAINING) as scratch:
+            tempfile.TemporaryDirectory(prefix=f".{objective}.packed-{os.getpid()}-", dir=paths.PRETRAINING) as scratch:
         packed = pack_corpus(paths.TOKENS, Path(scratch) / "packed", cfg.max_seq_length, tokenizer.cls_token_id,
                              tokenizer.sep_token_id, reserve=1 if spec.sentence_task else 0,
                              cross_documents=cfg.packing == "full_sentences",

@@ -29,7 +29,7 @@ def probe(model_name: str) -> None:
     probes = probe_sentences(pos, ner, cfg.sentences.train, cfg.sentences.test, params.seed)
     model_dir = paths.MODELS / model_name
     encoder, tokenizer = load_model(model_dir), load_tokenizer(model_dir)
-    device = resolve_device(params.finetune.device)
+    device = resolve_device(params.finetune.device, "finetune.device")
     t0 = time.perf_counter()
     metrics = {"model": model_name, "pos_source": f"{cfg.pos_source}/{cfg.pos_file}", "ner_task": cfg.ner_task,
                **{name: probe_layers(name, encoder, tokenizer, chosen, cfg.max_seq_length, cfg.batch_size, device,

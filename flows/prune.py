@@ -12,7 +12,9 @@ import sys
 import time
 
 from prefect import flow
+from transformers import AutoConfig
 
+from tasks.compression.prune import check_targets
 from tasks.compression.variants import prune_rows
 from tasks.core import paths
 from tasks.core.io import atomic_outputs
@@ -29,6 +31,7 @@ def prune(model_name: str, task_name: str) -> None:
     params = load_params()
     cfg, seeds = params.compression, params.finetune.seeds
     run = task_run(params, model_name, task_name)
+    check_targets(cfg.prune.heads, cfg.prune.ffn, AutoConfig.from_pretrained(run.model_dir), str(run.model_dir))
     name = paths.finetune_name(model_name, task_name)
     with atomic_outputs(paths.PRUNED / name, paths.stage_metrics("prune", name)) as (out, metrics_file):
         rows = prune_rows(run, model_name, cfg.prune, seeds, params.finetune.seed_workers, cfg.latency_repeats, out)

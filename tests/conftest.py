@@ -39,13 +39,13 @@ def small_params() -> dict:
            for name in ("bert_vocab", "udhr", "cantonese", "korean", "uyghur_proverbs")},
     }
     params["similar_words"]["file"] = "word_vectors_sample.model"
-    tasks = params["tasks"]
-    tasks["lcqmc"]["data"].update(source="lcqmc", files={"all": "lcqmc.csv"}, split={"dev": 0.1, "test": 0.1})
-    tasks["lcqmc"]["data"].pop("limit")
+    task = params["tasks"]
+    task["lcqmc"]["data"].update(source="lcqmc", files={"all": "lcqmc.csv"}, split={"dev": 0.1, "test": 0.1})
+    task["lcqmc"]["data"].pop("limit")
     for name in ("msra_mrc", "msra_ner"):
-        tasks[name]["data"]["limit"] = {"train": 120, "dev": 30, "test": 40}
-    tasks["msra_ner"]["training"]["max_seq_length"] = 48
-    tasks["msra_mrc"]["training"].update(max_seq_length=80, doc_stride=16)
+        task[name]["data"]["limit"] = {"train": 120, "dev": 30, "test": 40}
+    task["msra_ner"]["training"]["max_seq_length"] = 48
+    task["msra_mrc"]["training"].update(max_seq_length=80, doc_stride=16)
     params["hub_models"] = {}
     params["tokenizer"].update(vocab="train", train_vocab_size=1500)
     # a preset of its own, not overrides under `model`, so that the stages read their size where they declare it

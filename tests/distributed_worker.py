@@ -3,12 +3,14 @@
 
 import argparse
 import os
+import time
 from pathlib import Path
 
 import numpy as np
 import torch
-from transformers import BertConfig, BertForTokenClassification
+from transformers import BertConfig, BertForTokenClassification, BertModel
 
+from tasks.downstream.classification import MeanPoolClassifier
 from tasks.downstream.finetune import fit
 from tasks.pretraining.masking import MaskingConfig
 from tasks.pretraining.examples import DynamicMasker, PretrainingExamples
@@ -51,13 +53,27 @@ class TokenLabels:
         return {"input_ids": ids, "attention_mask": valid, "labels": torch.where(valid.bool(), ids % 3, -100)}
 
 
-def finetune(out: str, ranks: Ranks = Ranks(), device: torch.device = torch.device("cpu")) -> dict:
-    """Fine-tune a tiny token classifier without dropout with :func:`fit` (global batch 8)."""
+class SequenceLabels(TokenLabels):
+    """Sequence classification batches (``labels [B]``) for :func:`fit`."""
+
+    def batch(self, index):
+        out = super().batch(index)
+        out["labels"] = out["input_ids"][:, 0] % 2
+        return out
+
+
+def finetune(out: str, ranks: Ranks = Ranks(), device: torch.device = torch.device("cpu"),
+             head: str = "token") -> dict:
+    """Fine-tune a tiny token classifier, or (``head="mean_pool"``) the mean-pooling sequence
+    classifier, whose encoder's pooler gets no gradient, without dropout with :func:`fit` (global batch 8)."""
     torch.manual_seed(0)
-    model = BertForTokenClassification(BertConfig(vocab_size=60, hidden_size=16, num_hidden_layers=1,
-                                                  num_attention_heads=2, intermediate_size=32, num_labels=3,
-                                                  hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0))
-    summary = fit(model, TokenLabels(), epochs=8, batch_size=8, lr=1e-3, warmup_fraction=0.1, weight_decay=0.01,
+    config = BertConfig(vocab_size=60, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                        intermediate_size=32, num_labels=3, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    if head == "mean_pool":
+        model, data = MeanPoolClassifier(BertModel(config), 2, 0.0), SequenceLabels()
+    else:
+        model, data = BertForTokenClassification(config), TokenLabels()
+    summary = fit(model, data, epochs=8, batch_size=8, lr=1e-3, warmup_fraction=0.1, weight_decay=0.01,
                   max_grad_norm=1.0, seed=1, device=device, log=lambda _: None, ranks=ranks)
     result = {"train_loss": summary["train_loss"], "steps": summary["steps"], "model": model.state_dict(),
               "world": ranks.world}
@@ -99,8 +115,12 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(1)
     ranks, device = join_process_group("cpu")
-    if args.case == "finetune":
-        return finetune(args.out, ranks, device)
+    if args.case == "sleep":  # a rank that waits to be killed (the fault tests), its pid in OUT.<rank>
+        Path(f"{args.out}.{ranks.rank}").write_text(str(os.getpid()))
+        time.sleep(120)
+        return None
+    if args.case in ("finetune", "finetune_mean_pool"):
+        return finetune(args.out, ranks, device, head=args.case.removeprefix("finetune").lstrip("_") or "token")
     run(args.out, args.case, args.accumulation, args.checkpoint, args.kill_at, ranks, device)
 
 

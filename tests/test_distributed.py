@@ -76,10 +76,12 @@ def test_ddp_resume_after_kill_reproduces_the_uninterrupted_run(tmp_path, ddp_st
         assert torch.equal(resumed["model"][k], v), k
 
 
-def test_fine_tuning_under_ddp_follows_the_single_process_run(tmp_path):
-    """Token labels: each rank's mean loss is weighted by its labelled tokens, not its examples."""
-    single = worker.finetune(str(tmp_path / "single.pt"))
-    ddp = torchrun(tmp_path, "ddp", "--case", "finetune")
+@pytest.mark.parametrize("head", ["token", "mean_pool"])
+def test_fine_tuning_under_ddp_follows_the_single_process_run(tmp_path, head):
+    """Token labels: each rank's mean loss is weighted by its labelled tokens, not its examples.
+    Mean pooling: the encoder's pooler gets no gradient, and DDP must not wait for one."""
+    single = worker.finetune(str(tmp_path / "single.pt"), head=head)
+    ddp = torchrun(tmp_path, "ddp", "--case", "finetune" if head == "token" else f"finetune_{head}")
     assert single["steps"] == ddp["steps"] >= 50 and ddp["world"] == 2
     assert ddp["train_loss"] == pytest.approx(single["train_loss"], rel=LOSS_RTOL)
     for k, v in single["model"].items():

@@ -10,6 +10,7 @@ import tasks.orchestration.repro as pipeline_module
 from prefect import flow
 
 from flows.pipeline import DEPLOYMENT, deployment
+from tasks.core.errors import PipelineError
 from tasks.orchestration.repro import StageFailed, repro_stage, stage_order
 from tests.conftest import ROOT
 
@@ -62,6 +63,8 @@ def test_stage_failures_carry_their_cause_and_only_crashes_are_retried(script, u
         assert message.endswith("error: bad params: seed: must be >= 0") and "loading" not in message
     else:
         assert "exit status" in message and ("training" in message or "Killed" in message)
+    # python -m flows.pipeline ends with this one line, not a traceback (run_stage prints a PipelineError)
+    assert isinstance(failure.value, PipelineError)
 
 
 def test_a_passing_stage_runs_once(prefect_server, tmp_path, monkeypatch):

@@ -141,6 +141,27 @@ def test_resume_after_kill_reproduces_the_uninterrupted_run(tmp_path):
         assert torch.equal(a, b), name
 
 
+def test_a_resume_between_two_log_rows_gives_the_uninterrupted_rows(tmp_path):
+    """The checkpoint holds the logging window: a run killed after a checkpoint taken between two log
+    rows (checkpoint_every not a multiple of log_every) logs the same rows once resumed (timings aside)."""
+    data, uneven = tiny_data(), cfg(token_budget=2000, log_every=4, checkpoint_every=10)
+    full = train.fn(tiny_model(), data, uneven, seed=1, device=torch.device("cpu"), checkpoint=tmp_path / "a.pt",
+                    fingerprint="f", log=lambda _: None)
+
+    def stop_at_12(msg):  # the checkpoint of step 10 holds steps 9 and 10 of the window that ends at 12
+        if msg.startswith("step 12/"):
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        train.fn(tiny_model(), data, uneven, seed=1, device=torch.device("cpu"), checkpoint=tmp_path / "b.pt",
+                 fingerprint="f", log=stop_at_12)
+    resumed = train.fn(tiny_model(seed=123), data, uneven, seed=1, device=torch.device("cpu"),
+                       checkpoint=tmp_path / "b.pt", fingerprint="f", log=lambda _: None)
+    timing = ("tokens_per_sec", "elapsed_sec")
+    assert [{k: v for k, v in r.items() if k not in timing} for r in resumed["rows"]] == \
+        [{k: v for k, v in r.items() if k not in timing} for r in full["rows"]]
+
+
 def test_stale_checkpoint_is_ignored(tmp_path):
     data = tiny_data()
     train.fn(tiny_model(), data, cfg(token_budget=800), seed=1, device=torch.device("cpu"),

@@ -89,7 +89,7 @@ def test_full_sentences_packing_goes_on_into_the_next_document_after_a_sep():
     for r, n in enumerate(packed.lengths):
         body, body_words = packed.input_ids[r, 1:n - 1], packed.word_ids[r, 1:n - 1]
         assert packed.input_ids[r, 0] == CLS and packed.input_ids[r, n - 1] == SEP and n <= 64
-        expected, expected_words, first = [], [], k
+        expected, first = [], k
         while k < len(pieces) and len(expected) + (k > first and doc_of_piece[k] != doc_of_piece[k - 1]) \
                 + len(pieces[k]) <= 62:
             if k > first and doc_of_piece[k] != doc_of_piece[k - 1]:

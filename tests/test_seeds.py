@@ -6,7 +6,7 @@ import os
 import pytest
 import torch
 
-import tasks.training.seeds as seeds_module
+import tasks.core.pool as pool_module
 from tasks.core.errors import SourceError
 from tasks.downstream.finetune import fit
 from tasks.training.seeds import map_seeds
@@ -46,7 +46,7 @@ def test_seeds_side_by_side_match_a_single_thread_run_whatever_the_workers(caplo
 def test_a_failing_seed_fails_the_stage_with_its_error():
     with pytest.raises(SourceError, match="seed 13: a truncated file"):
         map_seeds(toy_run, [1, 13], 2, CPU, "toy")
-    assert seeds_module._JOB is None  # nothing of the failed stage stays behind
+    assert pool_module._FN is None and pool_module._JOBS == []  # nothing of the failed stage stays behind
 
 
 def test_one_worker_runs_the_seeds_in_turn_here_as_prefect_tasks(prefect_server):

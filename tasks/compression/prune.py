@@ -36,7 +36,7 @@ from transformers import AutoConfig
 
 from tasks.compression.distill import LABEL_KEYS, prediction_logits
 from tasks.compression.encoder import encoder_of, gates, heads_of, record_shape, reshape_to_config, slice_layer
-from tasks.core.errors import SourceError
+from tasks.core.errors import ParamsError, SourceError
 from tasks.core.model_dir import WEIGHT_ERRORS, load_model
 
 IMPORTANCE = ("supervised", "self_supervised")
@@ -124,6 +124,23 @@ def choose(scores: list[np.ndarray], target: int, allocation: str) -> list[np.nd
     for _, layer, j in sorted(rest)[:max(0, budget)]:
         keep[layer].append(j)
     return [np.sort(np.array(k, dtype=np.int64)) for k in keep]
+
+
+def check_targets(heads: int, ffn: int, config, model: str) -> None:
+    """Refuse pruning targets the model cannot meet (more heads or FFN neurons kept per layer than
+    it has), which would otherwise "prune" to the unpruned model.
+
+    Args:
+        config: the encoder's Hugging Face config (``num_attention_heads``, ``intermediate_size``).
+    Raises:
+        ParamsError: one line naming the param, its value and the model's size.
+    """
+    problems = [f"compression.prune.{key} {want} is more than the {have} {what} per layer of {model}"
+                for key, want, have, what in (("heads", heads, config.num_attention_heads, "attention heads"),
+                                              ("ffn", ffn, config.intermediate_size, "FFN neurons"))
+                if want > have]
+    if problems:
+        raise ParamsError("; ".join(problems))
 
 
 def prune(model: nn.Module, data, *, heads: int, ffn: int, kind: str, allocation: str, n_iters: int,

@@ -8,6 +8,7 @@ content always gives the same bytes.
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import json
 import os
@@ -29,12 +30,36 @@ def _remove(path: Path) -> None:
         path.unlink()
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process
+        return True
+    return True
+
+
+def remove_orphans(folder: str | os.PathLike, prefix: str) -> list[Path]:
+    """Remove the entries of ``folder`` named ``<prefix><pid>`` or ``<prefix><pid>-<anything>``
+    whose process is gone: the temporaries of a writer that was killed (``kill -9`` leaves them).
+    A live process's, this one's included, are left alone. Returns what was removed."""
+    removed = []
+    for path in Path(folder).glob(f"{glob.escape(prefix)}*") if Path(folder).is_dir() else []:
+        pid = path.name[len(prefix):].split("-", 1)[0]
+        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+            _remove(path)
+            removed.append(path)
+    return removed
+
+
 @contextmanager
 def atomic_outputs(*paths: str | os.PathLike) -> Iterator[list[Path]]:
     """Yield temporary sibling paths for ``paths``; rename them into place on success.
 
     Works for files and directories. On any exception the temporaries are
-    deleted and the previous outputs are left untouched.
+    deleted and the previous outputs are left untouched; the temporaries a killed
+    writer left (``.<name>.tmp-<pid>`` of a process that is gone) are removed first.
 
     Example::
 
@@ -46,6 +71,7 @@ def atomic_outputs(*paths: str | os.PathLike) -> Iterator[list[Path]]:
     temps = [p.with_name(f".{p.name}.tmp-{os.getpid()}") for p in finals]
     for final, temp in zip(finals, temps):
         final.parent.mkdir(parents=True, exist_ok=True)
+        remove_orphans(final.parent, f".{final.name}.tmp-")
         _remove(temp)
     try:
         yield temps

@@ -10,11 +10,13 @@ task written after its output, a rerun skips the tasks that have one)::
 
     <output dir>/.<output name>.shards-<fingerprint>/
         parts/part-00007.parquet     shard 7's rows (one row group)
-        completions/00007            {"rows": n}, renamed into place after the part
+        completions/00007            {"rows": n, "sha256": ...}, renamed into place after the part
 
-- **Resume.** A shard counts as done when its marker and part exist; a run killed at any
-  point (even ``kill -9``) leaves only complete parts behind a marker (both are renamed
-  into place), so the rerun redoes just the other shards.
+- **Resume.** A shard counts as done when its marker is readable and its part has the sha256
+  and rows the marker records (as MosaicML streaming checks its shards); a run killed at any
+  point (even ``kill -9``) leaves only complete parts behind a marker (both are renamed into
+  place), so the rerun redoes just the other shards, and a marker or part damaged or replaced
+  since (an unreadable marker, a truncated or swapped part) is redone too, with a warning.
 - **Never stale.** The work folder's name is a fingerprint of the step (name, function,
   the source file of its module, its params key), the shard size and the input file's
   identity (path, size, mtime, inode: any rewrite of the input, atomic or in place,
@@ -28,7 +30,8 @@ task written after its output, a rerun skips the tasks that have one)::
   (``pyarrow.parquet.ParquetWriter``, one row group per part).
 
 Executors (``executor`` params): ``processes`` runs the shards in this process (1 worker)
-or a ``multiprocessing.Pool`` whose workers die with the stage (``PR_SET_PDEATHSIG``);
+or on forked workers that die with the stage, and whose death fails the stage at once
+(:func:`tasks.core.pool.map_forked`);
 ``local_cluster`` and ``address`` run each shard as a Prefect task, with retries, through
 ``prefect_dask.DaskTaskRunner`` on a ``dask.distributed.LocalCluster`` or an existing
 scheduler (whose workers must see the same file system), so every shard shows in the
@@ -38,15 +41,13 @@ masking runs its shards on it too).
 
 from __future__ import annotations
 
-import ctypes
 import hashlib
 import inspect
 import json
 import math
-import multiprocessing
 import os
 import shutil
-import signal
+import socket
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -54,12 +55,13 @@ from typing import Any, Callable, Iterator
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tasks.core.errors import PipelineError, SourceError
-from tasks.core.io import (PARQUET_OPTIONS, atomic_outputs, parquet_table, read_json, stream_parquet, write_json,
-                           write_parquet)
+from tasks.core.errors import ParamsError, PipelineError, SourceError
+from tasks.core.io import (PARQUET_OPTIONS, atomic_outputs, parquet_table, read_json, sha256_file, stream_parquet,
+                           write_json, write_parquet)
+from tasks.core.pool import map_forked
 from tasks.core.stage import run_logger, stage_task
 
-FORMAT = 1  # of the work folder; part of the fingerprint, so a layout change never reads an old folder
+FORMAT = 2  # of the work folder; part of the fingerprint, so a layout change never reads an old folder
 
 ShardFn = Callable[[pa.Table, int, Any], pa.Table]
 
@@ -147,8 +149,34 @@ def _name(index: int) -> str:
     return f"{index:05d}"
 
 
-def _done(work: Path, index: int) -> bool:
-    return (work / "completions" / _name(index)).is_file() and (work / "parts" / f"part-{_name(index)}.parquet").is_file()
+def _part(work: Path, index: int) -> Path:
+    return work / "parts" / f"part-{_name(index)}.parquet"
+
+
+def _marker(work: Path, index: int) -> Path:
+    return work / "completions" / _name(index)
+
+
+def check_part(work: Path, index: int) -> str | None:
+    """Why shard ``index`` of ``work`` must be (re)done, or None when its part is the one its
+    marker records (same sha256 and rows). An unreadable marker counts as no marker."""
+    try:
+        marker = read_json(_marker(work, index))
+        expected, digest = int(marker["rows"]), str(marker["sha256"])
+    except FileNotFoundError:
+        return "no completion marker"
+    except (ValueError, KeyError, TypeError):
+        return "its completion marker is unreadable"
+    part = _part(work, index)
+    if not part.is_file():
+        return "its part is missing"
+    if sha256_file(part) != digest:
+        return "its part is not the one its marker records (sha256 differs: corrupt, truncated or replaced)"
+    try:
+        rows = pq.ParquetFile(part).metadata.num_rows
+    except (OSError, pa.ArrowException):
+        return "its part is unreadable"
+    return None if rows == expected else f"its part has {rows} rows, its marker {expected}"
 
 
 def process_shard(step: ShardedStep, source: Path, rows: int, index: int, work: Path) -> int:
@@ -164,36 +192,18 @@ def process_shard(step: ShardedStep, source: Path, rows: int, index: int, work: 
         got = out.schema if isinstance(out, pa.Table) else type(out).__name__
         raise PipelineError(f"{step.name}: shard {index} of {source} gave {got}, not the declared schema "
                             f"{step.schema}")
-    # part first, marker second, each renamed into place: a marker always means a complete part.
-    with atomic_outputs(work / "parts" / f"part-{_name(index)}.parquet") as (part,):
+    # part first, marker second, each renamed into place: a marker always means a complete part,
+    # and it records the part's sha256 so that a part damaged or swapped since is noticed.
+    with atomic_outputs(_part(work, index)) as (part,):
         write_parquet(part, out)
-    with atomic_outputs(work / "completions" / _name(index)) as (marker,):
-        write_json(marker, {"rows": out.num_rows})
+        digest = sha256_file(part)
+    with atomic_outputs(_marker(work, index)) as (marker,):
+        write_json(marker, {"rows": out.num_rows, "sha256": digest})
     return out.num_rows
-
-
-def die_with_parent(parent: int) -> None:
-    """Make this (forked worker) process die with its parent. Forked workers inherit the
-    parent's SIGTERM handler (Prefect's raises an exception, which a pool worker reports
-    and survives), so restore the default; ask Linux to send SIGTERM when the parent dies
-    (even by SIGKILL); leave Ctrl-C to the parent, which then terminates the pool."""
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):  # not Linux: the parent's pool.terminate() still applies
-        pass
-    if os.getppid() != parent:  # the parent died before prctl took effect
-        os._exit(1)
 
 
 def _process_shard_args(args: tuple) -> int:
     return process_shard(*args)
-
-
-def _call(fn_job: tuple[Callable, Any]) -> Any:
-    fn, job = fn_job
-    return fn(job)
 
 
 def _run_job(fn: Callable[[Any], Any], job: Any, index: int) -> Any:
@@ -212,6 +222,23 @@ def _task_runner(executor):
                                           "processes": True})
 
 
+def check_executor(executor, timeout: float = 10.0) -> None:
+    """Fail fast when ``executor`` names a Dask scheduler that does not answer (Dask would try for
+    30 s and end in a long traceback).
+
+    Raises:
+        ParamsError: nothing answers at ``executor.address`` within ``timeout`` seconds.
+    """
+    if executor.kind != "address":
+        return
+    host, _, port = executor.address.split("://", 1)[-1].rpartition(":")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+    except (OSError, ValueError):
+        raise ParamsError(f"executor.address: no Dask scheduler answers at {executor.address} (start one with "
+                          "`dask scheduler`, or set executor.kind: processes)") from None
+
+
 def map_tasks(name: str, fn: Callable[[Any], Any], jobs: list, executor, indices: list[int] | None = None) -> list:
     """``[fn(job) for job in jobs]`` on the executor (module docstring), results in job order.
 
@@ -222,17 +249,17 @@ def map_tasks(name: str, fn: Callable[[Any], Any], jobs: list, executor, indices
         fn: a module-level (picklable) function; ``jobs`` must be picklable too.
         executor: the ``executor`` params (:class:`tasks.core.params.Executor`).
     Raises:
-        whatever ``fn`` raises for the first failing job (after its retry on Dask).
+        ParamsError: ``executor.address`` names no Dask scheduler that answers.
+        PipelineError: a worker process died (one line: the shard, the signal; :func:`tasks.core.pool.map_forked`).
+        whatever ``fn`` raises for a failing job (after its retry on Dask).
     """
     if executor.kind == "processes":
         if executor.workers == 1 or len(jobs) <= 1:
             return [fn(job) for job in jobs]
-        # multiprocessing.Pool, unlike ProcessPoolExecutor, terminates its workers when the block
-        # exits on an exception (a job's error, Prefect's TerminationSignal on SIGTERM, Ctrl-C).
-        with multiprocessing.Pool(min(executor.workers, len(jobs)), initializer=die_with_parent,
-                                  initargs=(os.getpid(),)) as pool:
-            return pool.map(_call, [(fn, job) for job in jobs], chunksize=1)
+        shard = indices or list(range(len(jobs)))
+        return map_forked(fn, jobs, executor.workers, name, lambda i: f"shard {shard[i]}")
 
+    check_executor(executor)
     from prefect import flow
 
     task = stage_task(_run_job, name=f"{name}-shard", retries=1, task_run_name=f"{name}-shard-{{index:05d}}")
@@ -285,11 +312,16 @@ def run_shards(step: ShardedStep, source: str | os.PathLike, output: str | os.Pa
         total = pq.ParquetFile(source).metadata.num_rows
     except (OSError, pa.ArrowException) as exc:
         raise SourceError(f"{source}: not a readable Parquet file: {exc}") from None
+    check_executor(executor)  # before the work folder: a refused run leaves nothing behind
     work = work_folder(step, source, output, rows)
     for role in ("parts", "completions"):
         (work / role).mkdir(parents=True, exist_ok=True)
     shards = math.ceil(total / rows)
-    pending = [i for i in range(shards) if not _done(work, i)]
+    problems = {i: check_part(work, i) for i in range(shards)}
+    pending = [i for i, problem in problems.items() if problem]
+    for i, problem in problems.items():
+        if problem and problem != "no completion marker":  # a damaged leftover: say so, then heal it
+            run_logger().warning(f"{step.name}: redoing shard {i}: {problem}")
     run_logger().info(f"{step.name}: {shards} shards of {rows} rows, {shards - len(pending)} done by an earlier run, "
                       f"{len(pending)} to run on {executor.address or f'{executor.kind} x{executor.workers}'} ({work})")
     map_tasks(step.name, _process_shard_args, [(step, source, rows, index, work) for index in pending], executor,
@@ -312,12 +344,10 @@ def write_output(run: ShardRun, schema: pa.Schema, path: str | os.PathLike) -> i
     rows = 0
     with pq.ParquetWriter(path, schema, **PARQUET_OPTIONS) as writer:
         for index in range(run.shards):
-            if not _done(run.work, index):
-                raise PipelineError(f"shard {index} has no completed part in {run.work}")
-            part = pq.read_table(run.work / "parts" / f"part-{_name(index)}.parquet")
-            expected = read_json(run.work / "completions" / _name(index))["rows"]
-            if part.num_rows != expected:
-                raise PipelineError(f"{run.work}: part {index} has {part.num_rows} rows, its marker says {expected}")
+            problem = check_part(run.work, index)
+            if problem:
+                raise PipelineError(f"{run.work}: shard {index}: {problem}; rerun the stage")
+            part = pq.read_table(_part(run.work, index))
             # one chunk per column: the bytes of a row group depend on how its columns are chunked
             writer.write_table(part.cast(schema).combine_chunks())
             rows += part.num_rows

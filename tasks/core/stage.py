@@ -14,6 +14,7 @@ from prefect.cache_policies import NO_CACHE
 
 from tasks.core.environment import quiet_user_errors
 from tasks.core.errors import PipelineError
+from tasks.core.lifetime import die_with_parent
 
 
 def stage_task(fn: Callable | None = None, **options):
@@ -63,6 +64,7 @@ def run_stage(flow: Callable, *args: str) -> None:
     params, an unreachable Prefect server) prints one ``error:`` line naming the
     culprit and exits with status 1."""
     quiet_user_errors()
+    die_with_parent()  # a stage never outlives the command that started it (dvc repro, a shell)
     # What the stage has imported (torch, transformers, Prefect: millions of objects) is never
     # garbage: left out of every collection, the one at interpreter exit included, it saves
     # 1-2 s of each stage (gc.freeze moves them to a permanent generation that collections skip).

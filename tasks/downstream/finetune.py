@@ -51,7 +51,9 @@ def fit(model: torch.nn.Module, data: Batches, *, epochs: float, batch_size: int
     """
     torch.manual_seed(seed + ranks.rank)
     model.to(device).train()
-    net = wrap(model, ranks, device)
+    # a head may leave parameters unused (mean pooling never touches BERT's pooler): DDP must not
+    # wait for their gradients (find_unused_parameters, as Hugging Face's Trainer sets it by default)
+    net = wrap(model, ranks, device, find_unused_parameters=True)
     schedule = BatchSchedule(data.lengths, batch_size, seed)
     total = max(1, round(epochs * schedule.per_epoch))
     opt = optimizer_for(model, lr, weight_decay)

@@ -145,5 +145,5 @@ def task_run(params: Params, model_name: str, task_name: str) -> TaskRun:
     tokenizer = load_tokenizer(model_dir)
     tables, labels, data = load_task_data(task_name, family, ("train", "dev", "test"), tokenizer, training)
     return TaskRun(task_name, spec, family, training, model_dir, tokenizer, tables, labels, data,
-                   resolve_device(params.finetune.device),
+                   resolve_device(params.finetune.device, "finetune.device"),
                    paths.PREDICTIONS / paths.finetune_name(model_name, task_name))

@@ -36,7 +36,7 @@ from tasks.corpus.tokenize import random_token_ids
 from tasks.multilingual.fast_mlm import GroupedExamples
 from tasks.multilingual.embeddings import resize_embeddings
 from tasks.pretraining.masking import MaskingConfig, mask_batch
-from tasks.pretraining.checkpoint import checkpoint_fingerprint
+from tasks.pretraining.checkpoint import checkpoint_fingerprint, world_size
 from tasks.pretraining.examples import DynamicMasker
 from tasks.pretraining.packing import pack_documents
 from tasks.training.batching import pad_batch
@@ -175,7 +175,7 @@ def continue_checkpoint(params, mixture: str, cfg) -> tuple[Path, str]:
     spec, data = params.multilingual, params.pretraining_data
     fingerprint = checkpoint_fingerprint(
         "continue_pretrain", mixture, cfg.model_dump(exclude={"init_from"}), spec.pretrain.fast_mlm, spec.base_model,
-        params.seed,
+        params.seed, world_size(params.distributed),
         [data.max_seq_length, data.masked_lm_prob, data.max_predictions_per_seq],
         data=[paths.MIXTURES / f"{mixture}.parquet", paths.MODELS / spec.base_model, paths.MULTILINGUAL_TOKENIZER])
     return paths.CHECKPOINTS / "continue_pretrain" / mixture / "last.pt", fingerprint

@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+from functools import partial
 import subprocess
 import sys
 import time
@@ -23,6 +24,7 @@ from contextlib import contextmanager
 from typing import Iterator
 
 import tasks  # noqa: F401  (offline defaults for the server process too)
+from tasks.core.lifetime import die_with_parent
 
 
 def _free_port() -> int:
@@ -84,7 +86,10 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     with prefect_server() as api_url:
         print(f"Prefect API: {api_url}", file=sys.stderr)
-        child = subprocess.Popen(argv, env={**os.environ, "PREFECT_API_URL": api_url})
+        # the command (dvc repro) dies with this wrapper, even a wrapper killed with -9, and every stage
+        # with the command (tasks.core.lifetime)
+        child = subprocess.Popen(argv, env={**os.environ, "PREFECT_API_URL": api_url},
+                                 preexec_fn=partial(die_with_parent, signal.SIGTERM, os.getpid()))
         try:
             return child.wait()
         finally:

@@ -16,6 +16,7 @@ from collections import deque
 import networkx as nx
 from prefect import get_run_logger
 
+from tasks.core.errors import PipelineError
 from tasks.core.stage import stage_task
 
 
@@ -30,7 +31,7 @@ def stage_order(repo_root: str = ".") -> list[str]:
         return [s.addressing for s in order if s in runnable]
 
 
-class StageFailed(RuntimeError):
+class StageFailed(PipelineError):
     """A stage failed; ``user_error`` when it reported bad input or params (``error: ...``),
     which a rerun would only repeat."""
 

@@ -7,17 +7,20 @@ Checkpoints hold only tensors and plain values and are read with
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
 import pickle
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Iterator
 
 import torch
 from pydantic import BaseModel
 
 from tasks.core import paths
+from tasks.core.errors import PipelineError
 from tasks.core.io import sha256_tree
 from tasks.pretraining.masking import MaskingConfig
 
@@ -37,18 +40,55 @@ def checkpoint_fingerprint(*parts, data: Iterable[Path] = ()) -> str:
     return hashlib.sha256(json.dumps([dumped, hashes], sort_keys=True).encode()).hexdigest()
 
 
+def world_size(distributed) -> int:
+    """The DDP processes of a run (:class:`tasks.core.params.Distributed`): part of every fingerprint,
+    since the float rounding of the summed gradients depends on it."""
+    return distributed.nproc_per_node * distributed.nnodes
+
+
 def pretrain_checkpoint(objective: str, params, spec, masking: MaskingConfig,
                         init_folder: Path | None = None) -> tuple[Path, str]:
     """The rolling checkpoint file of ``pretrain@<objective>`` and its fingerprint: a checkpoint
     is reused only by a run with the same params and inputs (the masking params,
-    ``pretraining_data``, act at batch time under dynamic masking; ``init_folder``, the
-    ``pretrain.init_from`` checkpoint, is hashed file by file, since DVC does not track it)."""
+    ``pretraining_data``, act at batch time under dynamic masking; the processes and accumulation
+    steps change the float rounding; ``init_folder``, the ``pretrain.init_from`` checkpoint, is
+    hashed file by file, since DVC does not track it)."""
     lexicon = [paths.LEXICON] if spec.dynamic and masking.similar else []
     init = [init_folder] if init_folder is not None else []
     fingerprint = checkpoint_fingerprint(
         "pretrain", objective, params.model, params.pretrain, spec, params.pretraining_data, params.seed,
-        data=[paths.PRETRAINING / objective, paths.TOKENIZER] + lexicon + init)
+        world_size(params.distributed), data=[paths.PRETRAINING / objective, paths.TOKENIZER] + lexicon + init)
     return paths.CHECKPOINTS / "pretrain" / objective / "last.pt", fingerprint
+
+
+@contextmanager
+def exclusive(path: Path) -> Iterator[None]:
+    """Hold ``<path>.lock`` for the duration of a run that writes checkpoint ``path``: a second
+    run of the same stage (a retry started while the first still runs) is refused instead of
+    training on the same checkpoint. The lock is the kernel's (``flock``), so it is released
+    whenever its holder dies, ``kill -9`` included.
+
+    Raises:
+        PipelineError: another process holds it (names the process and the file).
+    """
+    lock = path.with_name(path.name + ".lock")
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock, "a+") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.seek(0)
+            holder = f.read().strip() or "?"
+            raise PipelineError(f"another run (pid {holder}) is training on {path}: wait for it to end or stop it "
+                                "first") from None
+        f.seek(0)
+        f.truncate()
+        f.write(str(os.getpid()))
+        f.flush()
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def save_checkpoint(path: Path, state: dict) -> None:

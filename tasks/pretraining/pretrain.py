@@ -28,7 +28,7 @@ import torch
 
 from tasks.core.params import Pretrain
 from tasks.core.stage import stage_task
-from tasks.pretraining.checkpoint import load_checkpoint, save_checkpoint
+from tasks.pretraining.checkpoint import exclusive, load_checkpoint, save_checkpoint
 from tasks.pretraining.examples import PretrainingExamples, micro_batches
 from tasks.pretraining.modeling import PretrainingModel
 from tasks.training.batching import BatchSchedule
@@ -79,6 +79,12 @@ def train(model: PretrainingModel, data: PretrainingExamples, cfg: Pretrain, *, 
     Raises:
         ParamsError: the global batch does not split over processes and accumulation steps.
     """
+    with exclusive(checkpoint) if ranks.is_main else nullcontext():
+        return _train(model, data, cfg, seed, device, checkpoint, fingerprint, log, ranks)
+
+
+def _train(model: PretrainingModel, data: PretrainingExamples, cfg: Pretrain, seed: int, device: torch.device,
+           checkpoint: Path, fingerprint: str, log: Callable[[str], None], ranks: Ranks) -> dict:
     log = log if ranks.is_main else (lambda _: None)
     total = total_steps_for(cfg.token_budget, cfg.batch_size, float(data.lengths.mean()))
     model.to(device).train()
@@ -90,9 +96,11 @@ def train(model: PretrainingModel, data: PretrainingExamples, cfg: Pretrain, *, 
         opt.load_state_dict(state["optimizer"])  # moves the state to the parameters' device
         _set_rng_states(state, ranks, device)
         step, tokens, rows, elapsed_before = state["step"], state["tokens"], state["rows"], state["elapsed"]
+        windows = state.get("window") or []
         log(f"resuming from {checkpoint} at step {step}/{total}")
     else:
         torch.manual_seed(seed + ranks.rank)  # rank 0 draws as a single process does
+        windows = []
     # PerLM predicts with its position head: the MLM head's transform gets no gradient.
     net = wrap(model, ranks, device, find_unused_parameters=model.position_head is not None)
     accumulate = ranks.world > 1 or cfg.accumulation_steps > 1
@@ -100,6 +108,8 @@ def train(model: PretrainingModel, data: PretrainingExamples, cfg: Pretrain, *, 
     schedule = BatchSchedule(data.lengths, cfg.batch_size, seed)
     t0 = time.perf_counter()
     window = _Window(t0, ranks)
+    if ranks.rank < len(windows):  # the steps since the last log row before the run was stopped
+        window.load(windows[ranks.rank])
     while step < total:
         lr = learning_rate(step, total, cfg.learning_rate, cfg.warmup_fraction)
         for group in opt.param_groups:
@@ -134,11 +144,11 @@ def train(model: PretrainingModel, data: PretrainingExamples, cfg: Pretrain, *, 
         if step % cfg.checkpoint_every == 0 and step < total:
             # The data order and the dynamic masks are pure functions of (seed, step): ``step``
             # is their whole state; numpy's and Python's global generators are not used.
-            rng = _rng_states(ranks, device)
+            rng, windows = _rng_states(ranks, device), ranks.all_gather(window.state())
             if ranks.is_main:
                 save_checkpoint(checkpoint, {
                     "fingerprint": fingerprint, "model": model.state_dict(), "optimizer": opt.state_dict(),
-                    "step": step, "tokens": tokens, "rows": rows,
+                    "step": step, "tokens": tokens, "rows": rows, "window": windows,
                     "elapsed": elapsed_before + time.perf_counter() - t0, **rng})
     wall = elapsed_before + time.perf_counter() - t0
     last = rows[-1] if rows else {}
@@ -179,6 +189,17 @@ class _Window:
         self.steps = self.tokens = self.predicted = self.sequences = 0
         self.has_sentence = False
         self.sums = {"loss": 0.0, "token_correct": 0, "sentence_loss": 0.0, "sentence_correct": 0}
+
+    def state(self) -> dict:
+        """The sums and counts (plain values), for a checkpoint taken between two log rows."""
+        return {"steps": self.steps, "tokens": self.tokens, "predicted": self.predicted, "sequences": self.sequences,
+                "has_sentence": self.has_sentence, "sums": dict(self.sums)}
+
+    def load(self, state: dict) -> None:
+        """Continue the window a checkpoint saved (:meth:`state`)."""
+        self.steps, self.tokens, self.predicted, self.sequences = (state[k] for k in
+                                                                    ("steps", "tokens", "predicted", "sequences"))
+        self.has_sentence, self.sums = state["has_sentence"], dict(state["sums"])
 
     def add(self, loss, parts, tokens: int, predicted: int, sequences: int, sentence_weight: float = 1.0) -> None:
         """One micro-batch: its weighted loss, its parts and counts (``steps`` is counted by the caller)."""

@@ -10,12 +10,26 @@ from __future__ import annotations
 
 import torch
 
+from tasks.core.errors import ParamsError
 
-def resolve_device(name: str = "auto") -> torch.device:
-    """``auto`` picks CUDA when present, else CPU; any torch device string is accepted."""
+
+def resolve_device(name: str = "auto", key: str = "device") -> torch.device:
+    """``auto`` picks CUDA when present, else CPU; else the torch device ``name``.
+
+    Raises:
+        ParamsError: ``name`` is no device, or CUDA is asked for where torch has none (a CPU build,
+            or no GPU); ``key`` names the param.
+    """
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise ParamsError(f"{key}: {name!r} is no torch device (auto, cpu, cuda, cuda:<n>, mps)") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ParamsError(f"{key}: {name} asked for, but torch {torch.__version__} here has no CUDA device "
+                          "(a CPU build, or no GPU): set it to auto or cpu")
+    return device
 
 
 def autocast(device: torch.device, bf16: bool = True):

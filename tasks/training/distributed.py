@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import atexit
 import os
+import socket
 import sys
+import time
 from dataclasses import dataclass
 from typing import Callable
 
@@ -24,6 +26,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from tasks.core.errors import ParamsError
+from tasks.core.lifetime import die_with_parent
 from tasks.core.params import load_params
 from tasks.core.stage import run_stage
 from tasks.training.device import resolve_device
@@ -88,7 +91,7 @@ def ranks_from_env() -> Ranks:
     return Ranks(int(env.get("RANK", 0)), int(env.get("WORLD_SIZE", 1)), int(env.get("LOCAL_RANK", 0)))
 
 
-def join_process_group(device: str = "auto") -> tuple[Ranks, torch.device]:
+def join_process_group(device: str = "auto", key: str = "device") -> tuple[Ranks, torch.device]:
     """Join the process group ``torchrun`` set up (nothing to join with 1 process); the group is
     destroyed when the process exits.
 
@@ -96,7 +99,9 @@ def join_process_group(device: str = "auto") -> tuple[Ranks, torch.device]:
         ``(ranks, device)``: the device is ``cuda:<local rank>`` on CUDA, else :func:`resolve_device`'s.
     """
     ranks = ranks_from_env()
-    resolved = resolve_device(device)
+    if "LOCAL_RANK" in os.environ:  # a rank torchrun started, in a session of its own: die with the agent
+        die_with_parent()
+    resolved = resolve_device(device, key)
     if resolved.type == "cuda":
         resolved = torch.device("cuda", ranks.local_rank)
         torch.cuda.set_device(resolved)
@@ -118,6 +123,46 @@ def torchrun_command(module: str, args: list[str], cfg) -> list[str]:
     return cmd + ["-m", module, *args]
 
 
+def _local_addresses() -> set[str]:
+    names = {"localhost", socket.gethostname(), socket.getfqdn()}
+    found = set()
+    for name in names:
+        try:
+            found |= {info[4][0] for info in socket.getaddrinfo(name, None)}
+        except OSError:
+            pass
+    return found
+
+
+def check_rendezvous(cfg, wait: float = 30.0) -> None:
+    """On a node of a several-node run (``cfg``: :class:`tasks.core.params.Distributed`) that does not
+    host the rendezvous, wait up to ``wait`` seconds for ``rdzv_endpoint`` to answer before starting
+    ``torchrun``, which would otherwise wait minutes and end in a traceback per rank.
+
+    Raises:
+        ParamsError: nothing answers there (one line: the endpoint, what to start first).
+    """
+    if cfg.nnodes == 1 or "LOCAL_RANK" in os.environ:
+        return
+    host, _, port = cfg.rdzv_endpoint.rpartition(":")
+    try:
+        addresses = {info[4][0] for info in socket.getaddrinfo(host, None)}
+    except OSError:
+        raise ParamsError(f"distributed.rdzv_endpoint: host {host!r} is not known here") from None
+    if addresses & (_local_addresses() | {"127.0.0.1", "::1"}):
+        return  # this node hosts the rendezvous: torchrun starts it
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            socket.create_connection((host, int(port)), timeout=2).close()
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise ParamsError(f"distributed.rdzv_endpoint: nothing answers at {cfg.rdzv_endpoint} after "
+                                  f"{wait:.0f} s: start the stage on that node first") from None
+            time.sleep(1)
+
+
 def relaunch(cfg, args: list[str]) -> None:
     """Replace this process by ``torchrun`` running the same stage module when ``cfg`` asks for
     more than one process and this process was not started by ``torchrun``; else return.
@@ -135,11 +180,19 @@ def relaunch(cfg, args: list[str]) -> None:
     os.execv(cmd[0], cmd)
 
 
-def run_training_stage(flow: Callable, *args: str) -> None:
+def run_training_stage(flow: Callable, *args: str, device: str = "pretrain.device") -> None:
     """:func:`tasks.core.stage.run_stage` for a training stage: under ``torchrun`` when
-    ``params.yaml``'s ``distributed`` block asks for more than one process (:func:`relaunch`)."""
+    ``params.yaml``'s ``distributed`` block asks for more than one process (:func:`relaunch`).
+    ``device``, the stage's device param, and the rendezvous are checked first, in this one
+    process: a bad one is one line, not one traceback per rank."""
     def start(*stage_args: str) -> None:
-        relaunch(load_params().distributed, list(stage_args))
+        params = load_params()
+        value = params
+        for part in device.split("."):
+            value = getattr(value, part)
+        resolve_device(value, device)
+        check_rendezvous(params.distributed)
+        relaunch(params.distributed, list(stage_args))
         flow(*stage_args)
 
     run_stage(start, *args)

@@ -134,6 +134,7 @@ class Params(_Strict):
             except ValidationError as exc:
                 problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
                 raise ValueError(f"tasks.{name}.training: {problems}") from None
+        self._check_global_batches()
         return self
 
     def _check_analyses(self) -> None:
@@ -159,6 +160,20 @@ class Params(_Strict):
                 if name not in self.finetune_models:
                     raise ValueError(f"{block}.models: {name!r} is not fine-tuned (add it to compare or "
                                      f"finetune.baselines)")
+
+    def _check_global_batches(self) -> None:
+        """Every global batch splits evenly over the DDP processes (and accumulation steps), so that
+        a run is refused before it starts, not a traceback per rank after torchrun started them."""
+        world = self.distributed.nproc_per_node * self.distributed.nnodes
+        pieces = world * self.pretrain.accumulation_steps
+        if self.pretrain.batch_size % pieces:
+            raise ValueError(f"pretrain.batch_size {self.pretrain.batch_size} (the global batch) is not a multiple of "
+                             f"{world} processes x {self.pretrain.accumulation_steps} accumulation_steps")
+        for name in self.finetune.tasks:
+            batch = self.finetune.for_task(self.tasks[name]).batch_size
+            if batch % world:
+                raise ValueError(f"the training batch_size {batch} of task {name} (the global batch) is not a "
+                                 f"multiple of the {world} processes of distributed")
 
     def _check_compression(self) -> None:
         """Compression names fine-tuned models and tasks."""

@@ -7,8 +7,22 @@ parsed values are immutable.
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+import re
+from typing import Annotated
+
+from pydantic import AfterValidator, BaseModel, ConfigDict
 
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def _device(value: str) -> str:
+    if not re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", value):
+        raise ValueError(f"{value!r} is no device: auto (CUDA when present, else CPU), cpu, cuda, cuda:<n> or mps")
+    return value
+
+
+Device = Annotated[str, AfterValidator(_device)]
+"""A torch device name, or ``auto``; whether it exists here is checked when a stage starts
+(:func:`tasks.training.device.resolve_device`)."""

@@ -13,7 +13,7 @@ from typing import Literal
 
 from pydantic import Field, NonNegativeInt, PositiveInt, model_validator
 
-from tasks.core.params.base import _Strict
+from tasks.core.params.base import Device, _Strict
 
 TaskFamily = Literal["classification", "mrc", "ner"]  # tasks.downstream.families.FAMILIES
 FAMILY_LOADERS = {
@@ -119,7 +119,7 @@ class Finetune(_Strict):
     seed_workers: PositiveInt = Field(
         1, description="CPU processes that run the seeds of finetune, distill and prune side by side, one "
                        "intra-op thread each; 1: the seeds in turn in the stage's process, with all its threads")
-    device: str
+    device: Device
     training: Training = Field(description="the knobs of every task; tasks.<name>.training overrides them")
 
     def for_task(self, task: DownstreamTask) -> Training:

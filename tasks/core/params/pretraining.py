@@ -13,7 +13,7 @@ from typing import Literal, get_args
 
 from pydantic import Field, field_validator, model_validator
 
-from tasks.core.params.base import _Strict
+from tasks.core.params.base import Device, _Strict
 
 MaskingScheme = Literal["mlm", "wwm", "ngram"]  # token selection (tasks.pretraining.masking)
 SentenceTask = Literal["nsp", "sop"]  # segment-pair task (tasks.pretraining.pairing)
@@ -153,7 +153,7 @@ class Pretrain(_Strict):
     max_grad_norm: float = Field(gt=0)
     log_every: int = Field(ge=1)
     checkpoint_every: int = Field(ge=1)
-    device: str
+    device: Device
     # GPU options (tasks.pretraining.modeling.prepare_model); bf16 and tf32 are no-ops on CPU
     bf16: bool = Field(True, description="CUDA: bf16 autocast (mixed precision); CPU runs fp32 whatever this says")
     tf32: bool = Field(True, description="CUDA: TF32 tensor cores for the fp32 matmuls left outside autocast")

@@ -1,0 +1,325 @@
+"""Faults of the scale-out machinery (issue 37): a worker killed in any pool fails its stage within
+seconds with one line, and the rerun's output is byte-identical to an uninterrupted run's; shard
+parts heal; a killed writer's temporaries are cleaned up by the next run."""
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+import torch
+import yaml
+
+import tasks.pretraining.pretraining_data as pretraining_data
+from tasks.core.errors import ParamsError, PipelineError
+from tasks.core.io import atomic_outputs, remove_orphans
+from tasks.core.params import Executor
+from tasks.core.pool import map_forked
+from tasks.core.shards import ShardedStep, check_part, remove_work, run_shards, write_output
+from tasks.pretraining.masking import MaskingConfig
+from tasks.pretraining.packing import pack_documents
+from tasks.training.seeds import map_seeds
+from tests.conftest import ROOT
+from tests.test_shards import build, corpus_file, md5
+
+TWO = Executor(kind="processes", workers=2)
+KILL_FLAG = "ZHPLM_TEST_KILL"  # the shard or seed a test's job kills its own worker at
+
+
+def _kill_self_at(index: int) -> None:
+    if os.environ.get(KILL_FLAG) == str(index):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def upper_shard(rows: pa.Table, index: int, params) -> pa.Table:
+    """A sharded step whose worker dies at shard ``$ZHPLM_TEST_KILL`` (a kill -9, as the OOM killer does)."""
+    _kill_self_at(index)
+    return pa.table({"text": [t.upper() for t in rows.column("text").to_pylist()]})
+
+
+STEP = ShardedStep("upper", upper_shard, None, "upper", pa.schema([("text", pa.string())]), ("text",))
+
+
+def test_a_killed_worker_fails_the_call_at_once_naming_the_job_and_the_signal():
+    def job(i):
+        _kill_self_at(i)
+        time.sleep(0.3 if i != 3 else 0)
+        return i
+
+    os.environ[KILL_FLAG] = "3"
+    try:
+        t0 = time.perf_counter()
+        with pytest.raises(PipelineError, match=r"^t: the worker of job 3 was killed by SIGKILL \(out of memory\?\)"):
+            map_forked(job, list(range(12)), 2, "t", lambda i: f"job {i}")
+        assert time.perf_counter() - t0 < 10
+    finally:
+        del os.environ[KILL_FLAG]
+    assert map_forked(lambda i: i * i, list(range(5)), 2, "t", str) == [0, 1, 4, 9, 16]
+
+
+def test_an_error_stops_the_other_jobs_without_waiting_for_them():
+    def job(i):
+        if i == 1:
+            raise ValueError("a truncated file")
+        time.sleep(30)
+
+    t0 = time.perf_counter()
+    with pytest.raises(ValueError, match="a truncated file"):
+        map_forked(job, [0, 1, 2], 2, "t", str)
+    assert time.perf_counter() - t0 < 10  # the sleeping worker is killed, not waited for
+
+
+def test_segment_like_step_killed_mid_run_fails_then_the_rerun_finishes_it_identically(tmp_path):
+    corpus = corpus_file(tmp_path / "corpus.parquet")
+    whole = build(STEP, corpus, tmp_path / "whole" / "out.parquet", 40, TWO)
+    os.environ[KILL_FLAG] = "2"
+    try:
+        with pytest.raises(PipelineError, match=r"^upper: the worker of shard 2 was killed by SIGKILL"):
+            run_shards(STEP, corpus, tmp_path / "killed" / "out.parquet", 40, TWO)
+    finally:
+        del os.environ[KILL_FLAG]
+    rerun = build(STEP, corpus, tmp_path / "killed" / "out.parquet", 40, TWO)
+    assert rerun.shards == whole.shards and rerun.processed < rerun.shards  # only the unfinished shards
+    assert md5(tmp_path / "killed" / "out.parquet") == md5(tmp_path / "whole" / "out.parquet")
+
+
+def toy_seed(seed: int, log) -> dict:
+    _kill_self_at(seed)
+    torch.manual_seed(seed)
+    return {"seed": seed, "value": float(torch.rand(1))}
+
+
+def test_a_killed_seed_worker_fails_the_stage_naming_the_seed():
+    os.environ[KILL_FLAG] = "13"
+    try:
+        with pytest.raises(PipelineError, match=r"^finetune: the worker of seed 13 was killed by SIGKILL"):
+            map_seeds(toy_seed, [1, 13, 2], 2, torch.device("cpu"), "finetune")
+    finally:
+        del os.environ[KILL_FLAG]
+    assert [r["seed"] for r in map_seeds(toy_seed, [1, 13, 2], 2, torch.device("cpu"), "finetune")] == [1, 13, 2]
+
+
+def test_a_killed_masking_worker_fails_pretraining_data_naming_the_shard(tmp_path, monkeypatch):
+    rng = np.random.default_rng(0)
+    sentences = [rng.integers(5, 90, size=rng.integers(3, 20)).astype(np.int32) for _ in range(300)]
+    packed = pack_documents([f"d{i // 5}" for i in range(300)], sentences,
+                            [np.arange(len(s), dtype=np.int32) for s in sentences], 32, 1, 2)
+    real = pretraining_data.mask_batch
+
+    def dying(input_ids, *args, **kwargs):  # the worker of the second shard dies as it masks
+        if input_ids.shape[0] and int(input_ids[0].sum()) == int(packed.input_ids[40].sum()):
+            os.kill(os.getpid(), signal.SIGKILL)
+        return real(input_ids, *args, **kwargs)
+
+    monkeypatch.setattr(pretraining_data, "mask_batch", dying)
+    with pytest.raises(PipelineError, match=r"^pretraining_data@mlm: the worker of shard \d+ was killed by SIGKILL"):
+        pretraining_data.write_shards(packed, MaskingConfig(), tmp_path / "mlm", objective="mlm", seed=1,
+                                      dynamic=False, dupe_factor=1, shard_size=40, mask_token_id=3,
+                                      random_token_ids=np.arange(5, 90), executor=TWO)
+
+
+@pytest.mark.parametrize("damage", ["garbage marker", "empty marker", "truncated part", "swapped part",
+                                    "missing part"])
+def test_a_damaged_shard_is_redone_with_a_warning_and_the_output_is_identical(tmp_path, damage, caplog):
+    corpus = corpus_file(tmp_path / "corpus.parquet")
+    build(STEP, corpus, tmp_path / "whole" / "out.parquet", 40, TWO)
+    output = tmp_path / "damaged" / "out.parquet"
+    run = run_shards(STEP, corpus, output, 40, TWO)  # as if killed before writing the output
+    part, marker = run.work / "parts" / "part-00001.parquet", run.work / "completions" / "00001"
+    if damage == "garbage marker":
+        marker.write_text("garbage{")
+    elif damage == "empty marker":
+        marker.write_text("")
+    elif damage == "truncated part":
+        part.write_bytes(part.read_bytes()[:100])
+    elif damage == "swapped part":
+        part.write_bytes((run.work / "parts" / "part-00002.parquet").read_bytes())
+    else:
+        part.unlink()
+    assert check_part(run.work, 1) is not None and check_part(run.work, 0) is None
+    rerun = run_shards(STEP, corpus, output, 40, TWO)
+    assert rerun.processed == 1  # that shard alone
+    with atomic_outputs(output) as (out,):
+        write_output(rerun, STEP.schema, out)
+    remove_work(rerun)
+    assert md5(output) == md5(tmp_path / "whole" / "out.parquet")
+    if damage != "missing part":
+        assert "redoing shard 1" in caplog.text
+
+
+def test_a_killed_writers_temporaries_are_removed_by_the_next_write(tmp_path):
+    dead = os.fork()
+    if dead == 0:
+        os._exit(0)
+    os.waitpid(dead, 0)  # a pid that is surely gone
+    (tmp_path / f".out.parquet.tmp-{dead}").write_text("half")
+    (tmp_path / f".mlm.packed-{dead}-x1y2").mkdir()
+    (tmp_path / f".out.parquet.tmp-{os.getppid()}").write_text("a live writer's")
+    with atomic_outputs(tmp_path / "out.parquet") as (out,):
+        out.write_text("whole")
+    assert not (tmp_path / f".out.parquet.tmp-{dead}").exists()
+    assert (tmp_path / f".out.parquet.tmp-{os.getppid()}").exists()  # never another live process's
+    assert remove_orphans(tmp_path, ".mlm.packed-") == [tmp_path / f".mlm.packed-{dead}-x1y2"]
+    assert (tmp_path / "out.parquet").read_text() == "whole"
+
+
+# --------------------------------------------------------------------------- no stage outlives its command
+
+STAGE = """
+import os, sys, time
+from tasks.core.lifetime import die_with_parent
+die_with_parent()  # as run_stage does
+open(sys.argv[1], "w").write(str(os.getpid()))
+time.sleep(120)
+"""
+# the command between the wrapper and the stage: like dvc repro, it neither forwards signals nor waits to die
+MIDDLE = "import subprocess, sys; subprocess.run([sys.executable, '-c', sys.argv[1], sys.argv[2]])"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as f:  # a zombie is dead
+        return f.read().split(")")[-1].split()[0] != "Z"
+
+
+def _wait_for(path: Path, timeout: float = 60) -> int:
+    deadline = time.monotonic() + timeout
+    while not (path.is_file() and path.read_text()):
+        assert time.monotonic() < deadline, f"{path} never written"
+        time.sleep(0.1)
+    return int(path.read_text())
+
+
+def _gone_within(pids: list[int], seconds: float = 10) -> bool:
+    deadline = time.monotonic() + seconds
+    while any(_alive(p) for p in pids):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
+
+
+@pytest.mark.parametrize("how", ["SIGTERM to the wrapper", "SIGKILL to the wrapper", "SIGKILL to its group",
+                                 "SIGKILL to the command"])
+def test_no_stage_outlives_the_wrapper_or_its_command(tmp_path, how):
+    """make repro's wrapper runs dvc repro, which runs the stage: whichever of them is killed,
+    the stage is gone within 10 s."""
+    pid_file = tmp_path / "stage.pid"
+    env = {**os.environ, "PREFECT_API_URL": "http://127.0.0.1:9/api"}  # a server of its own is not started
+    wrapper = subprocess.Popen([sys.executable, "-m", "tasks.orchestration.prefect_server", sys.executable, "-c",
+                                MIDDLE, STAGE, str(pid_file)], cwd=ROOT, env=env, start_new_session=True,
+                               stderr=subprocess.DEVNULL)
+    stage = _wait_for(pid_file)
+    command = int(open(f"/proc/{stage}/stat").read().split(")")[-1].split()[1])  # the stage's parent
+    if how == "SIGTERM to the wrapper":
+        wrapper.send_signal(signal.SIGTERM)
+    elif how == "SIGKILL to the wrapper":
+        wrapper.kill()
+    elif how == "SIGKILL to its group":
+        os.killpg(wrapper.pid, signal.SIGKILL)
+    else:
+        os.kill(command, signal.SIGKILL)
+    try:
+        assert _gone_within([stage, command])
+    finally:
+        for pid in (stage, command):
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
+        wrapper.kill()
+        wrapper.wait()
+
+
+def test_torchrun_ranks_die_with_their_agent_killed_with_its_group(tmp_path):
+    """torchrun starts each rank in a session of its own, out of reach of ``kill -- -PGID``: the ranks
+    die with the agent (tasks.core.lifetime, set when a rank joins the process group)."""
+    out = tmp_path / "sleep"
+    agent = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                              "-m", "tests.distributed_worker", str(out), "--case", "sleep"], cwd=ROOT,
+                             env={**os.environ, "OMP_NUM_THREADS": "1"}, start_new_session=True,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    ranks = [_wait_for(Path(f"{out}.{r}"), 120) for r in (0, 1)]
+    assert all(os.getsid(r) != os.getsid(agent.pid) for r in ranks)  # torchrun's doing: own sessions
+    os.killpg(agent.pid, signal.SIGKILL)
+    agent.wait()
+    try:
+        assert _gone_within(ranks)
+    finally:
+        for pid in ranks:
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+def test_a_second_run_on_the_same_checkpoint_is_refused(tmp_path):
+    from tasks.pretraining.checkpoint import exclusive
+
+    with exclusive(tmp_path / "last.pt"):
+        with pytest.raises(PipelineError, match=rf"another run \(pid {os.getpid()}\) is training on .*last.pt"):
+            with exclusive(tmp_path / "last.pt"):
+                pass
+    with exclusive(tmp_path / "last.pt"):  # released when its run ended
+        pass
+
+
+# --------------------------------------------------------------------------- params that cannot be honoured
+
+
+def test_prune_targets_larger_than_the_model_are_refused():
+    from transformers import BertConfig
+
+    from tasks.compression.prune import check_targets
+
+    config = BertConfig(num_attention_heads=2, intermediate_size=64)
+    with pytest.raises(ParamsError, match=r"compression.prune.heads 5 is more than the 2 attention heads per layer "
+                                          r"of models/wwm; compression.prune.ffn 100000 is more than the 64 FFN"):
+        check_targets(5, 100000, config, "models/wwm")
+    check_targets(2, 64, config, "models/wwm")
+
+
+def test_an_unreachable_dask_scheduler_is_one_line_at_once_and_leaves_no_work_folder(tmp_path):
+    corpus = corpus_file(tmp_path / "corpus.parquet")
+    t0 = time.perf_counter()
+    with pytest.raises(ParamsError, match=r"^executor.address: no Dask scheduler answers at tcp://127.0.0.1:9"):
+        run_shards(STEP, corpus, tmp_path / "out" / "out.parquet", 40,
+                   Executor(kind="address", workers=1, address="tcp://127.0.0.1:9"))
+    assert time.perf_counter() - t0 < 30
+    assert not (tmp_path / "out").exists() or not list((tmp_path / "out").iterdir())
+
+
+def test_an_unreachable_rendezvous_is_one_line_within_its_wait():
+    from tasks.core.params import Distributed
+    from tasks.training.distributed import check_rendezvous
+
+    far = Distributed(nproc_per_node=1, nnodes=2, rdzv_endpoint="192.0.2.1:29400", rdzv_id="x")  # TEST-NET-1
+    t0 = time.perf_counter()
+    with pytest.raises(ParamsError, match=r"distributed.rdzv_endpoint: nothing answers at 192.0.2.1:29400"):
+        check_rendezvous(far, wait=3)
+    assert time.perf_counter() - t0 < 10
+    check_rendezvous(Distributed(nproc_per_node=1, nnodes=2, rdzv_endpoint="localhost:29400", rdzv_id="x"))
+
+
+@pytest.mark.parametrize("edit, line", [
+    ({"pretrain": {"device": "cuda"}, "distributed": {"nproc_per_node": 2}},
+     r"error: pretrain.device: cuda asked for, but torch .* has no CUDA device"),
+    ({"pretrain": {"device": "gpu"}}, r"pretrain.device: 'gpu' is no device"),
+    ({"pretrain": {"batch_size": 9}, "distributed": {"nproc_per_node": 2}},
+     r"pretrain.batch_size 9 \(the global batch\) is not a multiple of 2 processes x 1 accumulation_steps"),
+])
+def test_params_a_training_stage_cannot_honour_stop_it_with_one_line_before_torchrun(tmp_path, edit, line):
+    params = yaml.safe_load((ROOT / "params.yaml").read_text(encoding="utf-8"))
+    for block, values in edit.items():
+        params[block].update(values)
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params, allow_unicode=True), encoding="utf-8")
+    proc = subprocess.run([sys.executable, "-m", "flows.pretrain", "mlm"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert re.search(line, proc.stderr), proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr and proc.stderr.count("error:") == 1
