@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(abspath $(VENV))/bin
 export PATH := $(BIN):$(PATH)
 
-.PHONY: setup repro compare test bench gpu-check pipeline clean-venv
+.PHONY: setup repro compare study test bench gpu-check pipeline clean-venv
 
 setup: $(VENV)/.installed
 
@@ -34,16 +34,23 @@ compare: setup
 	python -m tasks.orchestration.prefect_server dvc exp run -S \
 		"compare=[$$(python -c 'from tasks.core.params import load_params; print(",".join(load_params().objectives))')]"
 
+# The default run with 5 pretraining seeds of mlm, wwm, electra and random init (one dvc experiment,
+# about 4 h on 2 cores); its report and metrics land in reports/study/ (docs/statistics.md).
+study: setup
+	python -m tasks.orchestration.prefect_server python -m tasks.orchestration.study
+
 bench: setup
 	python benchmarks/pretraining_data.py
 	python benchmarks/packing.py
 	python benchmarks/pretrain_step.py
+	python benchmarks/seeds_side_by_side.py
 	python benchmarks/finetune_step.py
 	python benchmarks/distill_step.py
 	python benchmarks/fast_mlm.py
 	python benchmarks/batching.py
 	python benchmarks/attention_zones.py
 	python benchmarks/scale.py
+	python benchmarks/error_rates.py
 	python benchmarks/summary.py
 
 # The bert-base preset for 300 steps on CUDA, next to Hugging Face's Trainer: tokens/s, MFU,
@@ -53,7 +60,7 @@ gpu-check: setup
 	python benchmarks/gpu_check.py --steps $(or $(STEPS),300)
 
 # The same DAG as one Prefect flow (one task per stage, each a `dvc repro --single-item`), against
-# the shared local Prefect server; `python -m flows.pipeline serve` schedules it (docs/orchestration.md).
+# the shared local Prefect server; `python -m flows.pipeline serve` schedules it (docs/running.md).
 pipeline: setup
 	python -m tasks.orchestration.prefect_server python -m flows.pipeline
 

@@ -4,7 +4,7 @@ The pipeline's :class:`tasks.training.batching.RaggedTake` (each example's span 
 once per offsets list and shared by the columns that have those offsets) vs the former
 gather (the spans looked up again for every column: ``take_ragged``, kept here as the peer).
 Batches are those of :class:`tasks.training.batching.BatchSchedule` (random, length-grouped)
-over the pretraining data of ``--objective`` (``data/pretraining/<objective>``, one chunk per
+over the pretraining data of ``--objective`` (``data/pretraining/<objective>-<seed>``, one chunk per
 shard; synthetic shards of the same shape when it is missing), in two settings:
 
 * static: ``input_ids`` and the stored ``masked_positions``/``masked_labels``;
@@ -13,7 +13,7 @@ shard; synthetic shards of the same shape when it is missing), in two settings:
 
 Prints batches/s of both and the speed-up, for the whole ``batch`` and for the gathering alone::
 
-    python benchmarks/batching.py [--objective wwm] [--batch-size 32] [--batches 2000] [--repeats 5]
+    python benchmarks/batching.py [--objective wwm-42] [--batch-size 32] [--batches 2000] [--repeats 5]
 """
 
 from __future__ import annotations
@@ -119,7 +119,7 @@ def best_rate(fn, batches: list[np.ndarray], repeats: int) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--objective", default="wwm", help="folder of data/pretraining to read")
+    parser.add_argument("--objective", default="wwm-42", help="folder of data/pretraining to read")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--batches", type=int, default=2000, help="batches per timed pass")
     parser.add_argument("--repeats", type=int, default=5)
@@ -131,7 +131,7 @@ def main() -> None:
         print(f"{e}: synthetic shards instead")
         table, source = synthetic(), "synthetic"
     if "masked_positions" not in table.column_names:
-        raise SystemExit(f"{folder}: dynamic shards; give a static objective (e.g. --objective wwm)")
+        raise SystemExit(f"{folder}: dynamic shards; give a static objective (e.g. --objective wwm-42)")
     static = PretrainingExamples.from_table(table.select(["input_ids", "masked_positions", "masked_labels"]))
     # word and lexicon ids: any int32 values on the token offsets cost the same to gather
     dynamic = PretrainingExamples(static.ids, static.id_offsets, word_ids=[v // 2 for v in static.ids],

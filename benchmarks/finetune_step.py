@@ -1,7 +1,7 @@
 """Fine-tuning throughput on this machine: the pipeline's loop next to Hugging Face's
 ``Trainer`` on the same model, task data, epochs and batch, in this process, alternated.
 
-* Model and data: a pipeline model (``models/<model>``, default ``mlm``) with the head of the
+* Model and data: a pipeline model (``models/<model>``, default ``mlm-42``) with the head of the
   task's family, the task's encoded train split (``data/downstream/<task>``, default
   ``sentiment``), its fine-tuning knobs (``params.finetune`` with the task's overrides).
 * ``pipeline``: :func:`tasks.downstream.finetune.fit_seed`, as stage ``finetune`` runs each
@@ -94,7 +94,7 @@ def run_seeds(family, model_dir, labels, data, tables, training, metrics, seeds,
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", default="mlm", help="a pipeline model, models/<model>")
+    parser.add_argument("--model", default="mlm-42", help="a pipeline model, models/<model>")
     parser.add_argument("--task", default="sentiment", help="a task of params.yaml (classification or ner)")
     parser.add_argument("--rounds", type=int, default=2, help="runs per side, alternated (best counts)")
     args = parser.parse_args(argv)

@@ -5,7 +5,7 @@ on the same data, batch, steps, learning-rate schedule and GPU, in this process,
 For each: tokens/s (non-padding tokens; steady state, from the first log point to the end, so
 start-up and compilation are left out), MFU and peak CUDA memory; then the ratio pipeline / HF.
 
-* Data: the pipeline's pretraining data ``data/pretraining/<objective>`` when it exists
+* Data: the pipeline's pretraining data ``data/pretraining/<objective>-<seed>`` when it exists
   (``dvc repro pretraining_data@mlm``), else (or with ``--synthetic``) random token ids of
   ``pretraining_data.max_seq_length`` tokens with 15% of positions to predict; the output says which.
 * The pipeline side is :func:`tasks.pretraining.pretrain.train` (bf16 autocast, fused AdamW,
@@ -14,11 +14,11 @@ start-up and compilation are left out), MFU and peak CUDA memory; then the ratio
   writes: ``bf16=True``, fused AdamW (Trainer's default), the same options, vocabulary logits at
   every position (``BertForMaskedLM.forward``) and labels -100 elsewhere.
 * MFU (model FLOPs utilisation, PaLM, Chowdhery et al. 2022, appendix B): tokens/s x model
-  FLOPs per token / the GPU's peak dense bf16 FLOP/s (:data:`PEAK_BF16`), with model FLOPs
-  per token = 6 N + 12 L H T: N the non-embedding parameters (encoder layers and the MLM
-  transform; not the embeddings nor the vocabulary projection tied to them), L layers, H the
-  hidden size (heads x head size), T the mean sequence length. The same model FLOPs count
-  for both sides, so the MFU ratio is the throughput ratio. Unknown GPU: MFU n/a.
+  FLOPs per token / the GPU's peak dense bf16 FLOP/s (:data:`PEAK_BF16`), with the model FLOPs
+  the pretrain metrics count (:meth:`tasks.pretraining.modeling.PretrainingModel.flops`: the
+  encoder's matmuls and attention over each row's own tokens, the MLM head at the masked
+  positions, times 3 for the backward pass) per token of the pipeline's run. The same model
+  FLOPs count for both sides, so the MFU ratio is the throughput ratio. Unknown GPU: MFU n/a.
 
 Figures go to ``benchmarks/results/gpu_check.json`` (CUDA runs only). Without a CUDA device it
 prints "no CUDA device: skipped" and exits 0; ``--device cpu --preset tiny --steps 3`` is a
@@ -67,17 +67,6 @@ def peak_flops(device: torch.device) -> tuple[str, float | None]:
     return name, next((peak for key, peak in PEAK_BF16 if key in name), None)
 
 
-def flops_per_token(config, seq_len: float) -> float:
-    """Model FLOPs per token, 6 N + 12 L H T (PaLM appendix B), N the non-embedding parameters
-    (encoder layers and the MLM transform, counted on a weightless ``meta``-device model)."""
-    from transformers import BertForMaskedLM
-
-    with torch.device("meta"):
-        model = BertForMaskedLM(config)
-    n = sum(p.numel() for part in (model.bert.encoder, model.cls.predictions.transform) for p in part.parameters())
-    return 6 * n + 12 * config.num_hidden_layers * config.hidden_size * seq_len
-
-
 def synthetic_examples(n: int, length: int, vocab: int, seed: int) -> PretrainingExamples:
     """``n`` random sequences of ``length`` tokens ([CLS] ... [SEP] in the BERT layout) with
     15% of the inner positions masked (id 103) and their labels, as static pretraining data."""
@@ -92,16 +81,18 @@ def synthetic_examples(n: int, length: int, vocab: int, seed: int) -> Pretrainin
     return PretrainingExamples.from_table(table)
 
 
-def load_data(params, objective: str, synthetic: bool, n_synthetic: int):
-    """``(examples, vocab_size, pad_id, description)``: the pipeline's data, else synthetic tokens."""
-    folder = paths.PRETRAINING / objective
+def load_data(params, name: str, synthetic: bool, n_synthetic: int):
+    """``(examples, vocab_size, pad_id, description)``: the pipeline's data of ``name``
+    (``<objective>-<seed>``), else synthetic tokens."""
+    folder = paths.PRETRAINING / name
     if not synthetic and folder.is_dir() and paths.TOKENIZER.is_dir():
         from transformers import AutoTokenizer
 
         tokenizer = AutoTokenizer.from_pretrained(paths.TOKENIZER)
+        objective, seed = paths.procedure_of(name)
         spec = params.objective(objective)
         masking = masking_config(spec, params.pretraining_data)
-        masker = objective_masker(objective, spec, masking, params.seed, tokenizer, paths.LEXICON)
+        masker = objective_masker(objective, spec, masking, seed, tokenizer, paths.LEXICON)
         data = PretrainingExamples.from_table(read_shards(folder), masker)
         return data, len(tokenizer), tokenizer.pad_token_id, f"pipeline data {folder} ({len(data):,} sequences)"
     why = "--synthetic" if synthetic else f"{folder} not found"
@@ -133,7 +124,8 @@ def run_pipeline(params, config, size, data, args, device) -> dict:
                            fingerprint="gpu_check", log=lambda line: print(f"  pipeline: {line}"))
     rows = summary["rows"]
     return {"steps": summary["steps"], "tokens_per_sec": steady_rate([(r["tokens"], r["elapsed_sec"]) for r in rows]),
-            "peak_memory_mb": _peak_mb(device), "final_loss": summary["final_loss"]}
+            "peak_memory_mb": _peak_mb(device), "final_loss": summary["final_loss"],
+            "flops_per_token": summary["flops"] / summary["tokens"]}
 
 
 def run_hf(params, config, data, args, device) -> dict:
@@ -208,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--preset", default="bert-base", help="a model_presets name of params.yaml")
     parser.add_argument("--batch-size", type=int, default=32, help="sequences per step, both sides")
     parser.add_argument("--lr", type=float, default=1e-4, help="peak learning rate (BERT-base: 1e-4)")
-    parser.add_argument("--objective", default="mlm", help="whose data/pretraining/<objective> to read")
+    parser.add_argument("--objective", default="mlm-42", help="whose data/pretraining/<objective>-<seed> to read")
     parser.add_argument("--synthetic", action="store_true", help="random tokens even if pipeline data exist")
     parser.add_argument("--device", default="cuda", help="cuda (default) or cpu (smoke test)")
     parser.add_argument("--compile", action="store_true", help="torch.compile both models")
@@ -229,13 +221,15 @@ def main(argv: list[str] | None = None) -> int:
     config = bert_config(size, vocab, params.pretraining_data.max_seq_length, pad_id)
     gpu, peak = peak_flops(device)
     mean_len = float(data.lengths.mean())
-    fpt = flops_per_token(config, mean_len)
     print(f"gpu_check: preset {args.preset} (L{size.num_hidden_layers} H{size.hidden_size} "
           f"A{size.num_attention_heads}), {args.steps} steps x {args.batch_size} sequences on {gpu}; "
-          f"data: {described}; mean length {mean_len:.1f} tokens; model FLOPs/token {fpt / 1e9:.3f} G (6N + 12LHT)")
+          f"data: {described}; mean length {mean_len:.1f} tokens")
 
     sides = {"pipeline": run_pipeline(params, config, size, data, args, device),
              "hf_trainer": run_hf(params, config, data, args, device)}
+    # the pipeline's model FLOPs (PretrainingModel.flops, the count of the pretrain metrics) for both sides
+    fpt = sides["pipeline"].pop("flops_per_token")
+    print(f"model FLOPs per token: {fpt / 1e9:.3f} G (the pipeline's count of its step)")
     for side in sides.values():
         side["mfu"] = round(side["tokens_per_sec"] * fpt / peak, 4) if peak else None
         side["tokens_per_sec"] = round(side["tokens_per_sec"], 1)

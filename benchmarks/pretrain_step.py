@@ -3,7 +3,7 @@
 sequence length, in this process, alternated block by block; achieved model GFLOP/s beside
 this CPU's fp32 and bf16 matmul peaks, measured here.
 
-* Data: the pipeline's pretraining data ``data/pretraining/<objective>`` (``dvc repro
+* Data: the pipeline's pretraining data ``data/pretraining/<objective>-<seed>`` (``dvc repro
   pretraining_data@mlm``; else synthetic tokens, as ``gpu_check.py`` does), batches from
   :class:`tasks.training.batching.BatchSchedule`; every side sees the same batches in order.
 * ``pipeline``: the step of :func:`tasks.pretraining.pretrain.train` on CPU as the stage runs
@@ -19,10 +19,15 @@ this CPU's fp32 and bf16 matmul peaks, measured here.
   per-tensor ``loop`` (PyTorch's default on CPU) or ``foreach`` (multi-tensor ops per
   parameter group), and a batch 4x larger (tokens/s only: sample efficiency is a separate
   question).
-* Model FLOPs per step: (6 N + 12 L H T) per token (``gpu_check.flops_per_token``: N the
-  non-embedding parameters, T the padded length) plus 6 H V per predicted token (the vocabulary
-  projection where it is needed); the same count for every side, so GFLOP/s ratios are speed
-  ratios. Peaks: the best of ``torch.mm`` on 2048 x 2048 matrices in fp32 and bf16.
+* Other objectives' steps on the same batches (a step's cost does not depend on which positions
+  are masked): ``electra`` (:class:`tasks.pretraining.modeling.ElectraPretrainingModel`: the
+  generator of a quarter of the width, sampling, the discriminator on every token) and
+  ``span_sbo`` (MLM plus SpanBERT's span boundary head), each with its tokens/s and its own
+  model GFLOP/s beside MLM's.
+* Model FLOPs per step: the count of the pretrain metrics (``model.flops``: the encoder over each
+  row's own tokens, the heads where they predict, times 3 for the backward pass), MLM's for the
+  MLM sides (the same count for each, so their GFLOP/s ratios are speed ratios), each other
+  objective's own for its side. Peaks: the best of ``torch.mm`` on 2048 x 2048 matrices in fp32 and bf16.
 * The ceiling: Hugging Face's step also projects every other position onto the vocabulary, so
   it executes ``hf_flops_ratio`` times the pipeline's FLOPs: the pipeline's speed-up at equal
   efficiency. ``fp32_peak_share_for_5x`` is the share of the fp32 peak the pipeline's whole step
@@ -31,7 +36,7 @@ this CPU's fp32 and bf16 matmul peaks, measured here.
 
 Writes ``benchmarks/results/pretrain_step.json``::
 
-    python benchmarks/pretrain_step.py [--objective mlm] [--steps 20] [--rounds 5]
+    python benchmarks/pretrain_step.py [--objective mlm-42] [--steps 20] [--rounds 5]
 """
 
 from __future__ import annotations
@@ -45,13 +50,13 @@ from pathlib import Path
 
 import torch
 
-from tasks.core.params import load_params
-from tasks.pretraining.modeling import PretrainingModel, bert_config, new_masked_lm
+from tasks.core.params import Rtd, load_params
+from tasks.pretraining.modeling import PretrainingModel, bert_config, new_electra, new_masked_lm
 from tasks.training.batching import BatchSchedule
 from tasks.training.optim import optimizer_for
 
 sys.path.insert(0, str(Path(__file__).parent))
-from gpu_check import flops_per_token, load_data  # noqa: E402  (benchmarks/gpu_check.py)
+from gpu_check import load_data  # noqa: E402  (benchmarks/gpu_check.py)
 from profiling import op_profile  # noqa: E402  (benchmarks/profiling.py)
 from results import write_results  # noqa: E402  (benchmarks/results.py)
 
@@ -72,8 +77,9 @@ class Side:
     """One way of taking a training step, with its own model and optimizer, timed per block."""
 
     def __init__(self, name: str, config, size, params, *, hf: bool = False, bf16: bool = False,
-                 adamw: str = "fused", batch_scale: int = 1):
+                 adamw: str = "fused", batch_scale: int = 1, objective: str = "mlm"):
         self.name, self.hf, self.bf16, self.batch_scale = name, hf, bf16, batch_scale
+        self.own_flops = objective != "mlm"  # GFLOP/s by its own count, not MLM's
         pre = params.pretrain
         if hf:
             torch.manual_seed(params.seed)
@@ -83,7 +89,10 @@ class Side:
             self.opt = torch.optim.AdamW(self.model.parameters(), lr=pre.learning_rate,
                                          weight_decay=pre.weight_decay)
         else:
-            self.model = PretrainingModel(new_masked_lm(config, params.seed, size.sinusoidal_position_amplitude))
+            self.model = (new_electra(size, Rtd(), config.vocab_size, config.max_position_embeddings,
+                                      config.pad_token_id, params.seed) if objective == "electra" else
+                          PretrainingModel(new_masked_lm(config, params.seed, size.sinusoidal_position_amplitude),
+                                           sbo=objective == "span_sbo"))
             self.opt = optimizer_for(self.model, pre.learning_rate, pre.weight_decay, fused=adamw == "fused")
             if adamw == "foreach":
                 for group in self.opt.param_groups:
@@ -111,7 +120,7 @@ class Side:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--objective", default="mlm", help="whose data/pretraining/<objective> to read")
+    parser.add_argument("--objective", default="mlm-42", help="whose data/pretraining/<objective>-<seed> to read")
     parser.add_argument("--steps", type=int, default=20, help="steps per block")
     parser.add_argument("--rounds", type=int, default=5, help="blocks per side, alternated (the first is warm-up)")
     args = parser.parse_args(argv)
@@ -125,7 +134,9 @@ def main(argv: list[str] | None = None) -> int:
              Side("pipeline_bf16", config, size, params, bf16=True),
              Side("pipeline_adamw_loop", config, size, params, adamw="loop"),
              Side("pipeline_adamw_foreach", config, size, params, adamw="foreach"),
-             Side("pipeline_batch_x4", config, size, params, batch_scale=4)]
+             Side("pipeline_batch_x4", config, size, params, batch_scale=4),
+             Side("electra", config, size, params, objective="electra"),
+             Side("span_sbo", config, size, params, objective="span_sbo")]
     schedules = {scale: BatchSchedule(data.lengths, batch * scale, params.seed) for scale in (1, 4)}
     print(f"pretrain_step: model L{size.num_hidden_layers} H{size.hidden_size} A{size.num_attention_heads}, "
           f"vocabulary {vocab:,}, batch {batch} x {params.pretraining_data.max_seq_length}, {described}; "
@@ -143,13 +154,12 @@ def main(argv: list[str] | None = None) -> int:
             if r == 0:
                 continue  # warm-up: allocator, kernels
             tokens = sum(int(b["attention_mask"].sum()) for b in block)
-            padded = [b["input_ids"].numel() for b in block]
-            flops = sum(n * flops_per_token(config, b["input_ids"].shape[1]) + 6 * config.hidden_size * vocab
-                        * len(b["labels"]) for n, b in zip(padded, block))
+            counter = side.model if side.own_flops else sides[0].model
+            flops = sum(counter.flops(b["attention_mask"].sum(1).numpy(), len(b["labels"])) for b in block)
             if side.name == "pipeline":  # HF's step on the same batches projects every position, not only the masked
                 executed[0] += flops
-                executed[1] += flops + sum(6 * config.hidden_size * vocab * (n - len(b["labels"]))
-                                           for n, b in zip(padded, block))
+                executed[1] += flops + sum(3 * 2 * (config.hidden_size ** 2 + config.hidden_size * vocab)
+                                           * (b["input_ids"].numel() - len(b["labels"])) for b in block)
             side.rates.append(tokens / seconds)
             for k, v in enumerate((tokens, flops, seconds)):
                 work[side.name][k] += v
@@ -169,7 +179,9 @@ def main(argv: list[str] | None = None) -> int:
         f["fraction_of_fp32_peak"] = round(f["gflops_per_sec"] * 1e9 / peaks["fp32"], 4)
         print(f"{name:>22} {f['tokens_per_sec']:>10,.0f} {f['gflops_per_sec']:>9.1f} "
               f"{f['fraction_of_fp32_peak']:>12.1%} {f['vs_hf']:>6.2f}x {f['vs_pipeline']:>11.2f}x {f['loss_after']:>7}")
-    print(f"pipeline / hf: x{figures['pipeline']['vs_hf']:.2f}  (target >= 5)")
+    print(f"pipeline / hf: x{figures['pipeline']['vs_hf']:.2f}  (target >= 5); per token, electra costs "
+          f"x{figures['pipeline']['tokens_per_sec'] / figures['electra']['tokens_per_sec']:.2f} and span_sbo "
+          f"x{figures['pipeline']['tokens_per_sec'] / figures['span_sbo']['tokens_per_sec']:.2f} the time of mlm")
     ratio = executed[1] / executed[0]
     need = 5 * figures["hf"]["tokens_per_sec"] * executed[0] / work["pipeline"][0] / peaks["fp32"]
     figures["ceiling"] = {"hf_flops_ratio": round(ratio, 2), "fp32_peak_share_for_5x": round(need, 3)}

@@ -10,7 +10,7 @@ as the pipeline does it (``tasks/``) and the naive way, on the same real input, 
   compiled loops over rows) vs a per-example Python loop written the way the retired
   transformers ``DataCollatorForWholeWordMask`` worked (group tokens into words, shuffle,
   pick until the budget, then draw the replacement token by token), extended to the
-  N-gram, Mac and PerLM rules.
+  N-gram, span (SpanBERT), Mac and PerLM rules and PERT's permutation granularities.
 * pairs: the corpus packed with room for a middle [SEP] and turned into NSP and SOP segment
   pairs; the pipeline's :func:`tasks.pretraining.pairing.sentence_pairs` vs a
   per-example Python loop (list the cut points, draw one, draw an NSP partner until it is of
@@ -51,7 +51,7 @@ from tasks.pretraining.pairing import sentence_pairs
 
 from results import write_results  # benchmarks/results.py (scripts run from their folder)
 
-OBJECTIVES = ["mlm", "wwm", "ngram", "mac", "perlm"]
+OBJECTIVES = ["mlm", "wwm", "ngram", "span", "mac", "perlm", "perlm_word", "perlm_ngram", "perlm_sentence"]
 
 
 def segment_like_the_stage(source: Path, rows: int, workers: int, *, hmm: bool, user_dict: str | None) -> None:
@@ -76,8 +76,10 @@ def best_time(fn, repeats: int) -> float:
 
 
 def naive_mask(ids: list[int], words: list[int], lex: list[int], cfg: MaskingConfig, rnd: random.Random,
-               lexicon: dict[int, list[list[int]]], random_ids: list[int], mask_id: int) -> tuple[list[int], dict]:
-    """One example: word groups, shuffled, picked until the budget, then replaced token by token."""
+               lexicon: dict[int, list[list[int]]], random_ids: list[int], mask_id: int,
+               sentences: list[int]) -> tuple[list[int], dict]:
+    """One example: word groups, shuffled, picked until the budget, then replaced token by token
+    (by span under span masking; PerLM: permuted within the row, word, span or sentence)."""
     groups: list[list[int]] = []
     for i, w in enumerate(words):
         if w < 0:
@@ -91,13 +93,25 @@ def naive_mask(ids: list[int], words: list[int], lex: list[int], cfg: MaskingCon
     order = list(range(len(groups)))
     rnd.shuffle(order)
     chosen: list[list[int]] = []
+    spans: list[list[int]] = []  # the positions of each span taken
     covered: set[int] = set()
     total = 0
     for start in order:
         if total >= budget:
             break
         span = 1
-        if cfg.scheme == "ngram":
+        if cfg.scheme == "span":  # SpanBERT: an uncovered anchor, a geometric length, cut where it must
+            if start in covered:
+                continue
+            drawn = rnd.choices(range(1, len(cfg.span_probs) + 1), weights=cfg.span_probs)[0]
+            span, room = 0, budget - total
+            while span < drawn and start + span < len(groups) and start + span not in covered \
+                    and len(groups[start + span]) <= room:
+                room -= len(groups[start + span])
+                span += 1
+            if not span:
+                continue
+        elif cfg.scheme == "ngram":
             room = min(len(cfg.ngram_probs), len(groups) - start)
             span = rnd.choices(range(1, room + 1), weights=cfg.ngram_probs[:room])[0]
             while span and total + sum(len(groups[start + k]) for k in range(span)) > budget:
@@ -106,21 +120,37 @@ def naive_mask(ids: list[int], words: list[int], lex: list[int], cfg: MaskingCon
                 continue
         elif total + len(groups[start]) > budget:
             continue
+        spans.append([])
         for k in range(span):
             covered.add(start + k)
             chosen.append(groups[start + k])
+            spans[-1] += groups[start + k]
             total += len(groups[start + k])
     out, labels = list(ids), {}
     if cfg.permute:
         positions = sorted(p for g in chosen for p in g)
         moved = [p for p in positions if rnd.random() < cfg.permute]
-        source = moved[:]
-        rnd.shuffle(source)
-        for dest, src in zip(moved, source):
-            out[dest] = ids[src]
-            labels[src] = dest
+        span_of = {p: i for i, sp in enumerate(spans) for p in sp}
+        key = {"none": lambda p: 0, "word": lambda p: words[p], "ngram": span_of.get,
+               "sentence": lambda p: sentences[p]}[cfg.granularity]
+        blocks: dict = {}
+        for p in moved:
+            blocks.setdefault(key(p), []).append(p)
+        for block in blocks.values():
+            source = block[:]
+            rnd.shuffle(source)
+            for dest, src in zip(block, source):
+                out[dest] = ids[src]
+                labels[src] = dest
         for p in positions:
             labels.setdefault(p, p)
+        return out, labels
+    if cfg.scheme == "span":  # one decision per span
+        for span in spans:
+            r = rnd.random()
+            for p in span:
+                labels[p] = ids[p]
+                out[p] = mask_id if r < cfg.mask else rnd.choice(random_ids) if r < cfg.mask + cfg.random else ids[p]
         return out, labels
     for group in chosen:
         for p in group:
@@ -228,6 +258,7 @@ def main() -> None:
                             tokenizer.cls_token_id, tokenizer.sep_token_id, lex_ids=lex)
     take = np.arange(args.rows) % len(packed)
     input_ids, word_ids, lex_ids = packed.input_ids[take], packed.word_ids[take], packed.lex_ids[take]
+    sentence_ids = np.cumsum(packed.piece_start[take], axis=1)
     # characters of the text behind the rows: each token's length without the "##" prefix
     vocab = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
     char_len = np.array([0 if t in tokenizer.all_special_tokens else len(t.removeprefix("##")) for t in vocab])
@@ -237,27 +268,29 @@ def main() -> None:
                    for s in similar.starts[similar.offsets[e]:similar.offsets[e + 1]]] for e in range(len(similar.lengths))}
     rand_ids = random_token_ids(tokenizer)
     rand_list = rand_ids.tolist()
-    rows_py = [(input_ids[r].tolist(), word_ids[r].tolist(), lex_ids[r].tolist()) for r in range(len(take))]
+    rows_py = [(input_ids[r].tolist(), word_ids[r].tolist(), lex_ids[r].tolist(), sentence_ids[r].tolist())
+               for r in range(len(take))]
     print(f"mask ({args.rows:,} rows x {input_ids.shape[1]}, {row_chars:,} chars, "
           f"{int((word_ids >= 0).sum()):,} maskable tokens):")
-    print(f"{'objective':>10} {'pipeline chars/s':>17} {'examples/s':>11} {'peak MiB':>9} "
+    print(f"{'objective':>14} {'pipeline chars/s':>17} {'examples/s':>11} {'peak MiB':>9} "
           f"{'naive chars/s':>14} {'examples/s':>11} {'speed-up':>9}")
     for name in OBJECTIVES:
         spec = params.objectives.get(name)
         config = masking_config(spec, params.pretraining_data) if spec else MaskingConfig(scheme=name)
         rng = np.random.default_rng(0)
         run = lambda: mask_batch(input_ids, word_ids, config, rng, mask_token_id=tokenizer.mask_token_id,  # noqa: E731
-                                 random_token_ids=rand_ids, lex_ids=lex_ids, similar=similar)
+                                 random_token_ids=rand_ids, lex_ids=lex_ids, similar=similar,
+                                 sentence_ids=sentence_ids)
         ours = best_time(run, args.repeats)
         tracemalloc.start()  # apart from the timing: tracing every allocation slows NumPy down
         run()
         peak = tracemalloc.get_traced_memory()[1]
         tracemalloc.stop()
         rnd = random.Random(0)
-        naive = best_time(lambda: [naive_mask(i, w, x, config, rnd, lexicon, rand_list, tokenizer.mask_token_id)
-                                   for i, w, x in rows_py], args.repeats)
+        naive = best_time(lambda: [naive_mask(i, w, x, config, rnd, lexicon, rand_list, tokenizer.mask_token_id, s)
+                                   for i, w, x, s in rows_py], args.repeats)
         n = len(take)
-        print(f"{name:>10} {row_chars / ours:>17,.0f} {n / ours:>11,.0f} {peak / 2**20:>9.1f} "
+        print(f"{name:>14} {row_chars / ours:>17,.0f} {n / ours:>11,.0f} {peak / 2**20:>9.1f} "
               f"{row_chars / naive:>14,.0f} {n / naive:>11,.0f} {naive / ours:>8.1f}x")
         figures[f"mask_{name}"] = {"chars_per_sec": round(row_chars / ours), "examples_per_sec": round(n / ours),
                                    "peak_mb": round(peak / 2**20, 1), "naive_chars_per_sec": round(row_chars / naive),

@@ -243,8 +243,11 @@ def steady_tokens_per_sec(log_csv: Path) -> float | None:
     return round((float(b["tokens"]) - float(a["tokens"])) / seconds, 1) if seconds > 0 else None
 
 
+SEED = "42"  # the pretraining seed of the measured pretraining_data and pretrain runs (params pretrain.seeds)
+
+
 def stage_command(stage: str) -> list[str]:
-    arg = {"pretraining_data": ["mlm"], "resample": ["resampled"], "pretrain": ["mlm"]}.get(stage, [])
+    arg = {"pretraining_data": ["mlm", SEED], "resample": ["resampled"], "pretrain": ["mlm", SEED]}.get(stage, [])
     return [sys.executable, "-m", f"flows.{stage}", *arg]
 
 
@@ -301,7 +304,8 @@ def main() -> None:
     if {"tokenize", "similar_words", "pretraining_data"} & set(stages) and "segment" not in stages:
         sys.exit("tokenize, similar_words and pretraining_data read segment's output: keep segment in --stages")
     params = yaml.safe_load((ROOT / "params.yaml").read_text(encoding="utf-8"))
-    params["pretrain"].update(token_budget=max(args.pretrain_tokens, 1), checkpoint_every=10**9)
+    params["pretrain"].update(token_budget=max(args.pretrain_tokens, 1), checkpoint_every=10**9, seeds=[int(SEED)],
+                              snapshots=[])
     base = base_corpus(args.base_fraction)
     started = time.perf_counter()
     work = Path(tempfile.mkdtemp(prefix="zhplm-scale-"))
@@ -344,12 +348,12 @@ def main() -> None:
                         write_params(folder, params, nproc=nproc)
                         run_env = {**env, "OMP_NUM_THREADS": str(2 // nproc)}
                         fig = run_measured(stage_command("pretrain"), folder, run_env, folder / "stages.log")
-                        metrics = json.loads((folder / paths.stage_metrics("pretrain", "mlm")).read_text())
+                        metrics = json.loads((folder / paths.stage_metrics("pretrain", f"mlm-{SEED}")).read_text())
                         fig.update(tokens=metrics["tokens"], steps=metrics["steps"],
                                    tokens_per_sec=metrics["tokens_per_sec"], train_sec=metrics["wall_sec"],
                                    threads_per_process=metrics["threads"], omp_num_threads=2 // nproc,
                                    steady_tokens_per_sec=steady_tokens_per_sec(
-                                       folder / paths.stage_metrics("pretrain", "mlm", ".csv")))
+                                       folder / paths.stage_metrics("pretrain", f"mlm-{SEED}", ".csv")))
                         pretrain_figs[f"ddp{nproc}"] = fig
                         print(f"  pretrain mlm, {nproc} DDP process(es) x {2 // nproc} thread(s): "
                               f"{fig['tokens_per_sec']:,.0f} tokens/s ({fig['tokens']:,} tokens, "

@@ -1,12 +1,14 @@
-"""Stage ``finetune@<model>-<task>``: fine-tune one model on one downstream task with
-several seeds; write per-seed scores, their summary (mean, std, max), the predictions and
-the fine-tuned models (the teachers and pruned models of the compression stages) with their
-scores (``scores.json``, reused by those stages).
+"""Stages ``finetune@<objective>-<seed>-<task>``, ``finetune_random@<seed>-<task>``,
+``finetune_baseline@<model>-<task>`` and ``finetune_snapshot@...``: fine-tune one model on one
+downstream task with several seeds; write per-seed scores, their summary (mean, std, max), the
+predictions (per example: the statistics of the report resample them) and the fine-tuned models
+(the teachers and pruned models of the compression stages) with their scores (``scores.json``,
+reused by those stages), in ``results/finetune/<model>-<task>``.
 
-``<model>`` is a folder ``models/<model>`` (a pipeline model, ``random``, or an
-imported hub model); ``<task>`` a task of ``params.yaml``. Each seed fine-tunes
-from the same checkpoint with its own head initialisation and data order; on CPU
-``finetune.seed_workers`` processes run the seeds side by side.
+``<model>`` names a model folder (:func:`tasks.core.paths.model_dir`: ``<objective>-<seed>``,
+``random-<seed>``, a hub model, or a snapshot ``<name>@<fraction>``); ``<task>`` a task of
+``params.yaml``. Each fine-tuning seed fine-tunes from the same checkpoint with its own head
+initialisation and data order; on CPU ``finetune.seed_workers`` processes run the seeds side by side.
 """
 
 import sys
@@ -33,7 +35,7 @@ def finetune(model_name: str, task_name: str) -> None:
     params = load_params()
     cfg, spec = params.finetune, params.task(task_name)
     training, family = cfg.for_task(spec), FAMILIES[spec.family]
-    model_dir = paths.MODELS / model_name
+    model_dir = paths.model_dir(model_name)
     tokenizer = load_tokenizer(model_dir)
     check_weights(model_dir)  # fail before encoding the task, not at the first seed
     tables, labels, data = load_task_data(task_name, family, ("train", "dev", "test"), tokenizer, training)

@@ -1,7 +1,9 @@
-"""Stage ``init_random``: the random-init baseline, saved like a pretrained model.
+"""Stage ``init_random@<seed>``: the random-init baseline of pretraining seed ``seed``, saved like a
+pretrained model (``models/random-<seed>``).
 
-Same architecture and tokenizer as the pretrained encoders, weights from BERT's
-initialiser with the pipeline seed: fine-tuning it shows what pretraining buys.
+Same architecture and tokenizer as the pretrained encoders, and the very weights each of them
+starts from under the same seed (BERT's initialiser, seeded with ``seed``): fine-tuning it shows
+what pretraining buys, paired seed by seed.
 """
 
 import sys
@@ -17,13 +19,13 @@ from tasks.pretraining.modeling import bert_config, new_masked_lm
 
 
 @flow(name="init_random")
-def init_random() -> None:
-    params = load_params()
+def init_random(seed: str) -> None:
+    params, seed = load_params(), int(seed)
     tokenizer = AutoTokenizer.from_pretrained(paths.TOKENIZER)
     config = bert_config(params.model, len(tokenizer), params.pretraining_data.max_seq_length,
                          tokenizer.pad_token_id)
-    model = new_masked_lm(config, params.seed, params.model.sinusoidal_position_amplitude)
-    with atomic_outputs(paths.MODELS / "random") as (out,):
+    model = new_masked_lm(config, seed, params.model.sinusoidal_position_amplitude)
+    with atomic_outputs(paths.MODELS / paths.seeded("random", seed)) as (out,):
         model.save_pretrained(out)
         tokenizer.save_pretrained(out)
 

@@ -1,20 +1,25 @@
-"""Stage ``pretrain@<objective>``: pretrain a BERT encoder from scratch (or from the checkpoint
-``pretrain.init_from``) on the objective's data (static or dynamic masking; MLM or PerLM head,
-plus NSP/SOP); resumable; saves a Hugging Face model + tokenizer to ``models/<objective>`` and
-the other heads beside it."""
+"""Stage ``pretrain@<objective>-<seed>``: pretrain a BERT encoder from scratch (or from the
+checkpoint ``pretrain.init_from``) on the objective's data made with pretraining seed ``seed``
+(static or dynamic masking; MLM, PerLM or SBO heads, plus NSP/SOP; or ELECTRA's generator and
+discriminator), initialised and ordered by that seed, for a token or an equal-FLOPs budget;
+resumable; saves a Hugging Face model + tokenizer to ``models/<objective>-<seed>``, the other
+heads beside it, and the model at ``pretrain.snapshots`` of the budget in ``snapshots/``."""
 
+import shutil
 import sys
+from functools import partial
 
 import torch
 from prefect import flow, get_run_logger
 from transformers import AutoTokenizer
 
 from tasks.core import paths
-from tasks.core.io import atomic_outputs
+from tasks.core.io import atomic_outputs, read_json
 from tasks.core.metrics.base import write_metrics
 from tasks.core.metrics.pretraining import PretrainMetrics
 from tasks.core.params import load_params
-from tasks.pretraining.modeling import prepare_model, pretraining_model, resolve_init_from, save_pretrained
+from tasks.pretraining.modeling import (SNAPSHOT_FILE, prepare_model, pretraining_model, resolve_init_from,
+                                        save_pretrained, save_snapshot)
 from tasks.pretraining.checkpoint import pretrain_checkpoint
 from tasks.pretraining.examples import PretrainingExamples, objective_masker
 from tasks.pretraining.pretrain import train, write_log
@@ -24,39 +29,50 @@ from tasks.training.distributed import join_process_group, run_training_stage
 
 
 @flow(name="pretrain")
-def pretrain(objective: str) -> None:
-    params = load_params()
-    spec = params.objective(objective)
+def pretrain(objective: str, seed: str) -> None:
+    params, seed = load_params(), int(seed)
+    spec, name = params.objective(objective), paths.seeded(objective, seed)
     masking = masking_config(spec, params.pretraining_data)
     logger = get_run_logger()
     tokenizer = AutoTokenizer.from_pretrained(paths.TOKENIZER)
-    masker = objective_masker(objective, spec, masking, params.seed, tokenizer, paths.LEXICON)
-    data = PretrainingExamples.from_table(read_shards(paths.PRETRAINING / objective), masker)
+    masker = objective_masker(objective, spec, masking, seed, tokenizer, paths.LEXICON)
+    data = PretrainingExamples.from_table(read_shards(paths.PRETRAINING / name), masker)
     init_folder = resolve_init_from(params.pretrain.init_from, params)  # None: random init
-    model = pretraining_model(params, spec, masking, tokenizer, init_folder)
+    model = pretraining_model(params, spec, masking, tokenizer, seed, init_folder)
     ranks, device = join_process_group(params.pretrain.device, "pretrain.device")  # a DDP rank under torchrun
     prepare_model(model, params.pretrain, device)  # TF32, activation checkpointing, compile
-    checkpoint, fingerprint = pretrain_checkpoint(objective, params, spec, masking, init_folder)
+    checkpoint, fingerprint = pretrain_checkpoint(objective, seed, params, spec, masking, init_folder)
+    snapshots = checkpoint.parent / f"snapshots-{fingerprint[:16]}"  # a killed run's snapshots stay for its resume
+    config = model.hf.config
     if init_folder is not None:
         logger.info(f"starting from {init_folder} (pretrain.init_from {params.pretrain.init_from}, "
-                    f"{model.mlm.config.num_hidden_layers} layers x {model.mlm.config.hidden_size})")
-    n_params = sum(p.numel() for p in model.mlm.parameters())
-    logger.info(f"{objective}: {len(data)} examples ({'dynamic' if spec.dynamic else 'static'} masking), "
-                f"{n_params:,} encoder+MLM parameters, device {device}, {torch.get_num_threads()} threads")
-    summary = train(model, data, params.pretrain, seed=params.seed, device=device, checkpoint=checkpoint,
-                    fingerprint=fingerprint, log=logger.info, ranks=ranks)
+                    f"{config.num_hidden_layers} layers x {config.hidden_size})")
+    n_params = sum(p.numel() for p in model.hf.parameters())
+    logger.info(f"{name}: {len(data)} examples ({'dynamic' if spec.dynamic else 'static'} masking), "
+                f"{n_params:,} parameters in the saved {config.model_type} model, device {device}, "
+                f"{torch.get_num_threads()} threads, budget {spec.budget}")
+    summary = train(model, data, params.pretrain, seed=seed, device=device, checkpoint=checkpoint,
+                    fingerprint=fingerprint, log=logger.info, ranks=ranks, snapshots=tuple(params.pretrain.snapshots),
+                    snapshot=partial(save_snapshot, model, tokenizer, snapshots),
+                    equal_flops=spec.budget == "mlm_flops")
     if not ranks.is_main:  # rank 0 writes the outputs
         return
     rows = summary.pop("rows")
-    summary.update(objective=objective, parameters=n_params, device=str(device), threads=torch.get_num_threads(),
-                   dynamic=spec.dynamic, sentence_task=spec.sentence_task,
-                   token_target="position" if masking.predicts_positions else "token")
-    with atomic_outputs(paths.MODELS / objective, paths.stage_metrics("pretrain", objective),
-                        paths.stage_metrics("pretrain", objective, ".csv")) as (out, metrics, log_csv):
+    summary.update(objective=objective, seed=seed, parameters=n_params, device=str(device),
+                   threads=torch.get_num_threads(),
+                   dynamic=spec.dynamic, sentence_task=spec.sentence_task, budget=spec.budget,
+                   token_target="replaced" if spec.rtd else "position" if masking.predicts_positions else "token")
+    with atomic_outputs(paths.MODELS / name, paths.stage_metrics("pretrain", name),
+                        paths.stage_metrics("pretrain", name, ".csv")) as (out, metrics, log_csv):
         save_pretrained(model, tokenizer, out)
+        if params.pretrain.snapshots:
+            shutil.copytree(snapshots, out / "snapshots", ignore=shutil.ignore_patterns("*.timing.json"))
+        summary["snapshots"] = [{**read_json(snapshots / f"{f:g}" / SNAPSHOT_FILE), **read_json(
+            snapshots / f"{f:g}.timing.json")} for f in params.pretrain.snapshots]
         write_metrics(metrics, PretrainMetrics(**summary))
         write_log(log_csv, rows)
     checkpoint.unlink(missing_ok=True)
+    shutil.rmtree(snapshots, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -1,8 +1,9 @@
-"""Stage ``pretraining_data@<objective>``: pack the tokenized corpus into sequences, pair
-segments for NSP/SOP, and mask them with the objective's scheme (static: ``dupe_factor``
-masked copies; dynamic: the sequences, masked later at batch time), into memory-mappable
-Arrow IPC shards. The corpus streams through by record batches; the packed rows wait in a
-scratch folder on disk, so memory holds a few shards, never the corpus."""
+"""Stage ``pretraining_data@<objective>-<seed>``: pack the tokenized corpus into sequences, pair
+segments for NSP/SOP, and mask them with the objective's scheme under pretraining seed ``seed``
+(static: ``dupe_factor`` masked copies; dynamic: the sequences, masked later at batch time), into
+memory-mappable Arrow IPC shards (``data/pretraining/<objective>-<seed>``). The corpus streams
+through by record batches; the packed rows wait in a scratch folder on disk, so memory holds a
+few shards, never the corpus."""
 
 import os
 import sys
@@ -29,35 +30,34 @@ from tasks.pretraining.pretraining_data import write_shards
 
 
 @flow(name="pretraining_data")
-def pretraining_data(objective: str) -> None:
-    params = load_params()
-    spec, cfg = params.objective(objective), params.pretraining_data
+def pretraining_data(objective: str, seed: str) -> None:
+    params, seed = load_params(), int(seed)
+    spec, cfg, name = params.objective(objective), params.pretraining_data, paths.seeded(objective, seed)
     masking = masking_config(spec, cfg)
     tokenizer = BertTokenizerFast.from_pretrained(paths.TOKENIZER)
     lexicon = pq.read_table(paths.LEXICON) if masking.similar else None
-    stats = {"objective": objective}
+    stats = {"objective": objective, "seed": seed}
     paths.PRETRAINING.mkdir(parents=True, exist_ok=True)
-    remove_orphans(paths.PRETRAINING, f".{objective}.packed-")  # a killed run's scratch folder
+    remove_orphans(paths.PRETRAINING, f".{name}.packed-")  # a killed run's scratch folder
     # packed rows spill to a scratch folder beside the output (same disk), not to memory
-    with atomic_outputs(paths.PRETRAINING / objective,
-                        paths.stage_metrics("pretraining_data", objective)) as (out, metrics), \
-            tempfile.TemporaryDirectory(prefix=f".{objective}.packed-{os.getpid()}-", dir=paths.PRETRAINING) as scratch:
+    with atomic_outputs(paths.PRETRAINING / name, paths.stage_metrics("pretraining_data", name)) as (out, metrics), \
+            tempfile.TemporaryDirectory(prefix=f".{name}.packed-{os.getpid()}-", dir=paths.PRETRAINING) as scratch:
         packed = pack_corpus(paths.TOKENS, Path(scratch) / "packed", cfg.max_seq_length, tokenizer.cls_token_id,
                              tokenizer.sep_token_id, reserve=1 if spec.sentence_task else 0,
                              cross_documents=cfg.packing == "full_sentences",
                              words=paths.SEGMENTED if lexicon is not None else None, lexicon=lexicon)
         if spec.sentence_task:
-            packed, pair_stats = sentence_pairs(packed, spec.sentence_task, named_rng(params.seed, f"{objective}/pairs"),
+            packed, pair_stats = sentence_pairs(packed, spec.sentence_task, named_rng(seed, f"{objective}/pairs"),
                                                 tokenizer.cls_token_id, tokenizer.sep_token_id,
                                                 out=Path(scratch) / "pairs")
             stats.update(sentence_task=spec.sentence_task, **pair_stats)
         similar = similar_words_from_table(lexicon) if lexicon is not None else None
         stats.update(write_shards(
-            packed, masking, out, objective=objective, seed=params.seed, dynamic=spec.dynamic,
+            packed, masking, out, objective=objective, seed=seed, dynamic=spec.dynamic,
             dupe_factor=cfg.dupe_factor, shard_size=cfg.shard_size, mask_token_id=tokenizer.mask_token_id,
             random_token_ids=random_token_ids(tokenizer), similar=similar, executor=params.executor))
         stats.update(packing=cfg.packing, fill_rate=round(stats["tokens"] / (stats["sequences"] * cfg.max_seq_length), 4))
-        get_run_logger().info(f"{objective}: {stats}")
+        get_run_logger().info(f"{name}: {stats}")
         write_metrics(metrics, PretrainingDataMetrics(**stats))
 
 

@@ -27,7 +27,7 @@ def probe(model_name: str) -> None:
     pos = list(read_pos_tagged(paths.RAW / cfg.pos_source / cfg.pos_file))
     ner = {s: ner_sentences(pq.read_table(paths.downstream_split(cfg.ner_task, s))) for s in ("train", "dev")}
     probes = probe_sentences(pos, ner, cfg.sentences.train, cfg.sentences.test, params.seed)
-    model_dir = paths.MODELS / model_name
+    model_dir = paths.model_dir(model_name)
     encoder, tokenizer = load_model(model_dir), load_tokenizer(model_dir)
     device = resolve_device(params.finetune.device, "finetune.device")
     t0 = time.perf_counter()

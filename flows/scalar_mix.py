@@ -21,7 +21,7 @@ from tasks.training.device import resolve_device
 def scalar_mix(model_name: str, task_name: str) -> None:
     params = load_params()
     device = resolve_device(params.finetune.device, "finetune.device")
-    run = feature_based(task_name, paths.MODELS / model_name, params, device)
+    run = feature_based(task_name, paths.model_dir(model_name), params, device)
     name = paths.finetune_name(model_name, task_name)
     with atomic_outputs(paths.stage_metrics("scalar_mix", name)) as (out,):
         write_metrics(out, ScalarMixMetrics(model=model_name, task=task_name,

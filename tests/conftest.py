@@ -54,7 +54,8 @@ def small_params() -> dict:
     params["model"] = {"preset": "test"}
     params["pretraining_data"].update(shard_size=300)
     params["pretrain"].update(token_budget=6000, batch_size=8, log_every=5, checkpoint_every=10)
-    params["finetune"].update(baselines=["random"], seeds=[1, 2])
+    params["finetune"].update(baselines=[], seeds=[1, 2])
+    params["curves"].update(heldout_sequences=40, tasks=["sentiment"])
     params["finetune"]["training"].update(epochs=1, max_seq_length=32)
     params["multilingual"].update(total_tokens=20000, heldout_max_documents=20, pretrain={"token_budget": 3000,
                                                                                           "learning_rate": 0.001})

@@ -5,7 +5,7 @@ import torch
 from transformers import BertConfig, BertForMaskedLM
 
 from tasks.corpus.tokenize import SPECIAL_TOKENS
-from tasks.multilingual.continue_pretrain import evaluate_mlm, pack_by_language, word_ids_for
+from tasks.pretraining.heldout import evaluate_mlm, pack_by_language, word_ids_for
 from tasks.multilingual.vocabulary import multilingual_tokenizer
 
 TOKENS = SPECIAL_TOKENS + list("我们今天很好的人中国abc")

@@ -10,7 +10,7 @@ from transformers import BertConfig, BertForMaskedLM
 
 from tasks.core.params import Pretrain
 from tasks.multilingual.fast_mlm import FastMLM, GroupedExamples, language_vocabularies
-from tasks.multilingual.continue_pretrain import word_ids_for
+from tasks.pretraining.heldout import word_ids_for
 from tasks.pretraining.masking import MaskingConfig
 from tasks.pretraining.modeling import PretrainingModel
 from tasks.pretraining.examples import DynamicMasker, _rows
@@ -87,7 +87,8 @@ def test_accumulation_follows_the_single_batch_curve(tmp_path):
     data = grouped(96)
     curves = []
     for accumulation in (1, 2):
-        cfg = Pretrain(token_budget=2500, batch_size=8, accumulation_steps=accumulation, learning_rate=1e-3,
+        cfg = Pretrain(seeds=[1], snapshots=[], token_budget=2500, batch_size=8, accumulation_steps=accumulation,
+                       learning_rate=1e-3,
                        warmup_fraction=0.1, weight_decay=0.01, max_grad_norm=1.0, log_every=5,
                        checkpoint_every=1000, device="cpu")
         model = FastMLM(mlm(), language_vocabularies(data, 2))

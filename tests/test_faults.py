@@ -318,7 +318,7 @@ def test_params_a_training_stage_cannot_honour_stop_it_with_one_line_before_torc
     for block, values in edit.items():
         params[block].update(values)
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params, allow_unicode=True), encoding="utf-8")
-    proc = subprocess.run([sys.executable, "-m", "flows.pretrain", "mlm"], cwd=tmp_path, capture_output=True,
+    proc = subprocess.run([sys.executable, "-m", "flows.pretrain", "mlm", "42"], cwd=tmp_path, capture_output=True,
                           text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert proc.returncode == 1, proc.stderr[-2000:]
     assert re.search(line, proc.stderr), proc.stderr[-2000:]

@@ -1,10 +1,11 @@
-"""benchmarks/gpu_check.py: its CPU smoke path runs both sides end to end, and its MFU formula."""
+"""benchmarks/gpu_check.py: its CPU smoke path runs both sides end to end, and its model FLOPs (the pretrain metrics' count, PaLM's for BERT)."""
 
 import importlib.util
 
+import numpy as np
 import pytest
 import torch
-from transformers import BertConfig
+from transformers import BertConfig, BertForMaskedLM
 
 from tests.conftest import ROOT
 
@@ -35,10 +36,17 @@ def test_no_cuda_is_a_clean_skip(gpu_check, capsys, monkeypatch):
     assert "no CUDA device: skipped" in capsys.readouterr().out
 
 
-def test_model_flops_per_token_of_bert_base(gpu_check):
-    """6 N + 12 L H T with N = 85.6 M non-embedding parameters of BERT-base (12 layers of 7.09 M, MLM transform)."""
+def test_model_flops_of_bert_base_are_palms_count(gpu_check):
+    """The pipeline's model FLOPs (PretrainingModel.flops, which MFU uses) of a BERT-base encoder on
+    one 128-token row are PaLM's 6 N + 12 L H T per token (N = 12 layers of 7.08 M weights), plus
+    the MLM head at the predicted positions."""
+    from tasks.pretraining.modeling import PretrainingModel
+
     config = BertConfig(vocab_size=21128, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
                         intermediate_size=3072)
-    n = 12 * 7_087_872 + 768 * 768 + 3 * 768
-    assert gpu_check.flops_per_token(config, 128) == 6 * n + 12 * 12 * 768 * 128
+    with torch.device("meta"):
+        model = PretrainingModel(BertForMaskedLM(config))
+    n = 12 * (4 * 768 * 768 + 2 * 768 * 3072)
+    head = 6 * (768 * 768 + 768 * 21128)
+    assert model.flops(np.array([128]), 20) == 128 * (6 * n + 12 * 12 * 768 * 128) + 20 * head
     assert dict(gpu_check.PEAK_BF16)["H200"] == dict(gpu_check.PEAK_BF16)["H100"] == 989e12

@@ -71,8 +71,8 @@ def test_unknown_preset_names_the_key(tmp_path, raw):
 
 
 def test_init_from_a_compared_objective_is_refused(tmp_path, raw):
-    raw["pretrain"]["init_from"] = "mlm"
-    with pytest.raises(ParamsError, match="pretrain.init_from: 'mlm' is in compare"):
+    raw["pretrain"]["init_from"] = "mlm-42"
+    with pytest.raises(ParamsError, match="pretrain.init_from: 'mlm-42' is pretrained by this run"):
         load_params(write(tmp_path, raw))
 
 
@@ -120,7 +120,7 @@ def test_continues_from_a_masked_lm_checkpoint(checkpoints, tokenizer, tmp_path)
     folder, saved = checkpoints["mlm"]
     params = load_params(ROOT / "params.yaml")
     spec = params.objective("mlm")
-    model = pretraining_model(params, spec, masking_config(spec, params.pretraining_data), tokenizer, folder)
+    model = pretraining_model(params, spec, masking_config(spec, params.pretraining_data), tokenizer, 42, folder)
     assert model.mlm.config.hidden_size == 32  # the checkpoint's size, not the preset's 128
     start = {k: v.clone() for k, v in model.mlm.state_dict().items()}
     for name, value in saved.state_dict().items():
@@ -192,15 +192,18 @@ def test_bad_folders_are_clear_errors(checkpoints, tokenizer, tmp_path):
 
 def test_resolve_init_from_names(checkpoints, tmp_path, monkeypatch, raw):
     raw["hub_models"] = {"m3e": {"path": "/nowhere", "licence": "research"}}
+    raw["finetune"]["baselines"] = []
     params = load_params(write(tmp_path, raw))
     models = tmp_path / "models"
     assert resolve_init_from(None, params, models) is None
     with pytest.raises(SourceError, match=r"models/m3e does not exist yet; run `dvc repro import_model@m3e` first"):
         resolve_init_from("m3e", params, models)
-    with pytest.raises(SourceError, match=r"pretrain it first \(with ngram in compare: `dvc repro pretrain@ngram"):
-        resolve_init_from("ngram", params, models)
-    (models / "ngram").mkdir(parents=True)
-    assert resolve_init_from("ngram", params, models) == models / "ngram"
+    with pytest.raises(SourceError, match=r"pretrain it first \(with ngram in compare and 7 in pretrain.seeds\)"):
+        resolve_init_from("ngram-7", params, models)
+    with pytest.raises(SourceError, match=r"run `dvc repro init_random@7` first"):
+        resolve_init_from("random-7", params, models)
+    (models / "ngram-7").mkdir(parents=True)
+    assert resolve_init_from("ngram-7", params, models) == models / "ngram-7"
     assert resolve_init_from(str(checkpoints["mlm"][0]), params, models) == checkpoints["mlm"][0]
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(SourceError, match="as a hub id it needs the network: run with HF_HUB_OFFLINE=0"):
@@ -214,11 +217,11 @@ def test_fingerprint_covers_the_init_from_weights(checkpoints, tmp_path, monkeyp
     masking = masking_config(spec, params.pretraining_data)
     folder = tmp_path / "init"
     BertForMaskedLM(bert_config(tokenizer)).save_pretrained(folder)
-    _, none = pretrain_checkpoint("mlm", params, spec, masking)
-    _, first = pretrain_checkpoint("mlm", params, spec, masking, folder)
+    _, none = pretrain_checkpoint("mlm", 42, params, spec, masking)
+    _, first = pretrain_checkpoint("mlm", 42, params, spec, masking, folder)
     torch.manual_seed(5)
     BertForMaskedLM(bert_config(tokenizer)).save_pretrained(folder)  # same names, other weights
-    _, second = pretrain_checkpoint("mlm", params, spec, masking, folder)
+    _, second = pretrain_checkpoint("mlm", 42, params, spec, masking, folder)
     assert len({none, first, second}) == 3
 
 
@@ -301,7 +304,7 @@ def test_continue_pretraining_the_packaged_m3e_small(tmp_path_factory, tmp_path)
     tokenizer = load_tokenizer(folder)
     params = load_params(ROOT / "params.yaml")
     spec = params.objective("mlm")
-    model = pretraining_model(params, spec, masking_config(spec, params.pretraining_data), tokenizer, folder)
+    model = pretraining_model(params, spec, masking_config(spec, params.pretraining_data), tokenizer, 42, folder)
     assert model.mlm.config.num_hidden_layers == 4 and model.mlm.config.hidden_size == 512
     cfg = params.pretrain.model_copy(update=dict(token_budget=600, batch_size=4, log_every=2, checkpoint_every=100,
                                                  device="cpu"))

@@ -179,7 +179,7 @@ def test_same_seed_same_masks(batch):
 
 def test_config_rejects_bad_values():
     with pytest.raises(ValueError, match="unknown masking scheme"):
-        MaskingConfig(scheme="span")
+        MaskingConfig(scheme="spam")
     with pytest.raises(ValueError):
         MaskingConfig(mask=0.95, random=0.1)
     with pytest.raises(ValueError, match="ngram_probs must be non-negative and sum to 1"):
@@ -209,12 +209,12 @@ def test_ngram_span_lengths_follow_40_30_20_10():
     is ~0.0035, and the tolerance 0.02 covers the small bias towards short spans."""
     ids, words = single_token_words(n=500, length=2048)
     budget = prediction_budget((words >= 0).sum(1), 0.04, 10_000)
-    _, spans = select_ngrams(words, budget, np.random.default_rng(3), (0.4, 0.3, 0.2, 0.1))
+    spans = select_ngrams(words, budget, np.random.default_rng(3), (0.4, 0.3, 0.2, 0.1)).words
     assert len(spans) > 10_000
     shares = np.bincount(spans, minlength=5)[1:] / len(spans)
     assert np.abs(shares - [0.4, 0.3, 0.2, 0.1]).max() < 0.02, shares
     # a different distribution is followed too (the probabilities are a param)
-    _, spans = select_ngrams(words, budget, np.random.default_rng(3), (0.1, 0.2, 0.7))
+    spans = select_ngrams(words, budget, np.random.default_rng(3), (0.1, 0.2, 0.7)).words
     shares = np.bincount(spans, minlength=4)[1:] / len(spans)
     assert np.abs(shares - [0.1, 0.2, 0.7]).max() < 0.03, shares
 
@@ -222,7 +222,8 @@ def test_ngram_span_lengths_follow_40_30_20_10():
 def test_ngram_spans_are_consecutive_words_and_fill_the_budget():
     ids, words = single_token_words(n=2000, length=128)
     budget = prediction_budget((words >= 0).sum(1), 0.15, 20)
-    chosen, spans = select_ngrams(words, budget, np.random.default_rng(0))
+    selection = select_ngrams(words, budget, np.random.default_rng(0))
+    chosen, spans = selection.chosen, selection.words
     # single-token words: the budget is always met exactly (a span is shortened to fit)
     assert (chosen.sum(1) == budget).all() and spans.sum() == budget.sum()
     # runs of chosen tokens are unions of spans: there are at most as many runs as spans
@@ -234,14 +235,15 @@ def test_ngram_hand_worked():
     # [CLS] A B B C [SEP]: words A(1) B(2) C(1); only 4-grams -> one span of all 3 words (4 tokens)
     words = np.array([[-1, 0, 1, 1, 2, -1]])
     for seed in range(20):
-        chosen, spans = select_ngrams(words, np.array([4]), np.random.default_rng(seed), (0, 0, 0, 1))
+        chosen = select_ngrams(words, np.array([4]), np.random.default_rng(seed), (0, 0, 0, 1)).chosen
         # a 4-gram never fits 3 words: it is cut to the words left before the row's end, then
         # shortened until it fits the budget; whole words only
         assert chosen[0].tolist() == [False, True, True, True, True, False] or chosen[0, 1:5].sum() < 4
         assert chosen[0, 2] == chosen[0, 3]
     # budget 2 with unigrams only: never a partial word, never over budget
     for seed in range(20):
-        chosen, spans = select_ngrams(words, np.array([2]), np.random.default_rng(seed), (1.0,))
+        selection = select_ngrams(words, np.array([2]), np.random.default_rng(seed), (1.0,))
+        chosen, spans = selection.chosen, selection.words
         assert chosen.sum() <= 2 and chosen[0, 2] == chosen[0, 3] and (spans == 1).all()
 
 
@@ -436,7 +438,7 @@ def test_selection_matches_the_rules_row_by_row(batch, scheme, rate):
     if scheme == "wwm":
         fast = select_units(words, budget, np.random.default_rng(3))
     else:
-        fast, _ = select_ngrams(words, budget, np.random.default_rng(3))
+        fast = select_ngrams(words, budget, np.random.default_rng(3)).chosen
     np.testing.assert_array_equal(fast, reference_selection(words, budget, 3, scheme))
 
 

@@ -12,7 +12,7 @@ import pytest
 from tasks.core.errors import SourceError
 from tasks.core.params import Multilingual, MultilingualInput
 from tasks.corpus.tokenize import SPECIAL_TOKENS
-from tasks.multilingual.continue_pretrain import pack_by_language
+from tasks.pretraining.heldout import pack_by_language
 from tasks.multilingual.multilingual import (SCHEMA, build_documents, clean, corpus_documents, heldout_mask,
                                              iter_inputs, read_json_array, read_udhr_html)
 from tasks.multilingual.vocabulary import multilingual_tokenizer

@@ -25,12 +25,15 @@ def test_repository_params_are_valid():
     assert params.tokenizer.vocab == "train" or params.tokenizer.vocab in params.sources
     assert set(params.finetune.tasks) <= set(params.tasks)
     assert set(params.compare) <= set(params.objectives)
-    assert params.finetune_models == [*params.compare, *params.finetune.baselines]
+    assert params.pretrained_models == [f"{o}-{s}" for o in params.compare for s in params.pretrain.seeds]
+    assert params.finetune_models == [*params.pretrained_models, *(f"random-{s}" for s in params.pretrain.seeds),
+                                      *params.finetune.baselines]
 
 
 def test_unknown_masking_scheme(tmp_path, raw):
-    raw["objectives"]["bogus"] = {"masking": "span"}
-    with pytest.raises(ParamsError, match=r"objectives.bogus.masking: unknown masking scheme 'span'; known: mlm, wwm, ngram"):
+    raw["objectives"]["bogus"] = {"masking": "spam"}
+    with pytest.raises(ParamsError,
+                       match=r"objectives.bogus.masking: unknown masking scheme 'spam'; known: mlm, wwm, ngram, span"):
         load_params(write(tmp_path, raw))
 
 
@@ -57,8 +60,18 @@ def test_ngram_probabilities_must_sum_to_one(tmp_path, raw):
     ({"masking": "ngram", "replacement": {"permute": 0.5, "mask": 0.4, "keep": 0.1}},
      "permute \\(PerLM\\) predicts positions and cannot be mixed with mask, random or similar"),
     ({"masking": "mlm", "replacement": {"similar": 0.8, "random": 0.1, "keep": 0.1}},
-     "replacement.similar \\(Mac\\) replaces whole words: use masking wwm or ngram"),
+     "replacement.similar \\(Mac\\) replaces whole words one by one: use masking wwm or ngram"),
     ({"masking": "wwm", "sentence_task": "nxp"}, "unknown sentence task 'nxp'; known: nsp, sop"),
+    ({"masking": "wwm", "replacement": {"mask": 0.8, "random": 0.1, "keep": 0.1}, "sbo": True},
+     "sbo \\(SpanBERT's span boundary objective\\) predicts spans: use masking span"),
+    ({"masking": "ngram", "replacement": {"mask": 0.9, "keep": 0.1}, "permutation": {"space": "global"}},
+     "permutation: options of PerLM, which needs replacement.permute > 0"),
+    ({"masking": "ngram", "replacement": {"permute": 0.9, "keep": 0.1}, "dynamic": True,
+      "permutation": {"granularity": "sentence"}}, "granularity sentence needs the sentence starts"),
+    ({"masking": "ngram", "replacement": {"permute": 0.9, "keep": 0.1}, "rtd": {}},
+     "rtd \\(ELECTRA\\): its generator is an MLM"),
+    ({"masking": "wwm", "replacement": {"mask": 0.85, "keep": 0.15}, "budget": "flops"},
+     "budget: Input should be 'tokens' or 'mlm_flops'"),
 ])
 def test_impossible_objectives(tmp_path, raw, objective, message):
     raw["objectives"]["bad"] = objective
@@ -70,7 +83,7 @@ def test_impossible_objectives(tmp_path, raw, objective, message):
 
 def test_compare_names_objectives(tmp_path, raw):
     raw["compare"] = ["mlm", "macbert"]
-    with pytest.raises(ParamsError, match=r"compare: 'macbert' is not an objective; objectives: mac, "):
+    with pytest.raises(ParamsError, match=r"compare: 'macbert' is not an objective; objectives: electra, mac, "):
         load_params(write(tmp_path, raw))
 
 
@@ -114,7 +127,10 @@ def test_task_training_overrides(tmp_path, raw):
 # DVC tracks it per key and `dvc exp run -S` can change it.
 ABSENT_MEANS_OFF = {"file", "text_field", "hub_id", "source", "files", "optional", "dynamic", "sentence_task",
                     "mask", "random", "similar", "permute", "keep", "columns", "glue_task", "labels", "queries",
-                    "training", "user_dict", "path", "limit", "dev", "test", "licence"}
+                    "training", "user_dict", "path", "limit", "dev", "test", "licence",
+                    # objective options: absent is plain MLM-style training (no SBO, no RTD, a token budget)
+                    # and PERT's own PerLM (no limit, local, partial)
+                    "sbo", "rtd", "budget", "permutation", "granularity", "space", "targets"}
 
 
 def _unset_fields(model, where=""):
@@ -175,11 +191,20 @@ def test_readme_cmrc2018_example_is_valid_and_leaves_room_for_context(tmp_path, 
 
 @pytest.mark.parametrize("block,key,value,message", [
     ("finetune", "tasks", ["sentiment", "msra_ner"], "ablation.task: 'msra_mrc' is not in finetune.tasks"),
-    ("attributions", "models", ["wwm", "albert_tiny"], "attributions.models: 'albert_tiny' is not fine-tuned"),
+    ("attributions", "models", ["wwm-42", "wwm"], "attributions.models: 'wwm' is no model of this run"),
+    ("attributions", "models", ["wwm-7"], "attributions.models: 'wwm-7' is no model of this run"),
 ])
 def test_the_analyses_of_fine_tuned_models_need_finetune_to_make_them(tmp_path, raw, block, key, value, message):
     """ablation and attributions read back the models finetune saved: a model or task it does
     not fine-tune is refused at load time, not found missing minutes into the stage."""
     raw[block][key] = value
     with pytest.raises(ParamsError, match=message):
+        load_params(write(tmp_path, raw))
+
+
+def test_electra_starts_from_random_weights(tmp_path, raw):
+    raw["compare"] = ["mlm", "wwm", "electra"]
+    load_params(write(tmp_path, raw))
+    raw["pretrain"]["init_from"] = "albert_tiny"
+    with pytest.raises(ParamsError, match="compare: 'electra' \\(ELECTRA\\) starts from random weights"):
         load_params(write(tmp_path, raw))

@@ -2,6 +2,7 @@
 the file of each metrics model are checked against the outputs and metrics it declares."""
 
 import re
+from fnmatch import fnmatchcase
 from pathlib import Path
 
 import yaml
@@ -26,7 +27,9 @@ def test_each_metrics_model_file_is_a_declared_metrics_file():
     _, metrics = _declared()
     files = {"metrics/" + re.sub(r"<[^>]+>", "*", model.file) for model in MODELS.values()}
     declared_json = {m for m in metrics if m.endswith(".json")}
-    assert files == declared_json
+    # each declared file is an instance of exactly one model's (finetune's four stages name <model> each its way)
+    assert all(sum(fnmatchcase(d, f) for f in files) == 1 for d in declared_json), declared_json
+    assert all(any(fnmatchcase(d, f) for d in declared_json) for f in files), files
 
 
 def test_stage_metrics_paths_are_the_declared_ones():

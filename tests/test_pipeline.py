@@ -19,14 +19,15 @@ def test_stage_order_follows_the_dvc_graph():
     order = stage_order(str(ROOT))
     first = {name: order.index(name) for name in order}
     assert order[0] == "acquire" and order[-1] == "report"
-    assert first["ingest"] < first["segment"] < first["tokenize"] < first["pretraining_data@wwm"] < first["pretrain@wwm"]
-    assert first["tokenize"] < first["similar_words"] < first["pretraining_data@mlm"]
-    assert "finetune_baseline@random-sentiment" in first
+    assert first["ingest"] < first["segment"] < first["tokenize"] < first["pretraining_data@wwm-42"] \
+        < first["pretrain@wwm-42"] < first["curves@wwm-42"]
+    assert first["tokenize"] < first["pretraining_data@mlm-42"]
+    assert "finetune_random@42-sentiment" in first and "finetune_baseline@albert_tiny-sentiment" in first
     for name in order:
-        if name.startswith(("finetune@", "finetune_baseline@")):
-            model = name.split("@")[1].split("-")[0]
-            upstream = "init_random" if model == "random" else (
-                f"pretrain@{model}" if f"pretrain@{model}" in first else f"import_model@{model}")
+        model = name.split("@")[-1].rsplit("-", 1)[0]
+        upstream = {"finetune": f"pretrain@{model}", "finetune_random": f"init_random@{model}",
+                    "finetune_baseline": f"import_model@{model}"}.get(name.split("@")[0])
+        if upstream:
             assert first[upstream] < first[name] < first["report"], name
         if name.startswith("downstream@"):
             assert first[name] < first["ingest"], "evaluation text must be known before ingest removes it"

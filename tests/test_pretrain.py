@@ -43,8 +43,8 @@ def tiny_data(n=40, seed=0):
 
 
 def cfg(**kw):
-    base = dict(token_budget=2000, batch_size=4, learning_rate=1e-3, warmup_fraction=0.1, weight_decay=0.01,
-                max_grad_norm=1.0, log_every=5, checkpoint_every=10, device="cpu")
+    base = dict(seeds=[1], snapshots=[], token_budget=2000, batch_size=4, learning_rate=1e-3, warmup_fraction=0.1,
+                weight_decay=0.01, max_grad_norm=1.0, log_every=5, checkpoint_every=10, device="cpu")
     return Pretrain(**{**base, **kw})
 
 

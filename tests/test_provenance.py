@@ -1,13 +1,16 @@
-"""Report section "What changed since the last commit": scores judged against the seed spread."""
+"""Report section "What changed since the last commit": each score's change with its 95% interval
+over the fine-tuning seeds (Welch), and a verdict from it."""
 
 import pytest
 
-from tasks.core.metrics.base import read_metrics
 from tasks.core.metrics.downstream import FinetuneMetrics
+from tasks.core.params import load_params
 from tasks.report import provenance
 from tests.conftest import ROOT
 
-TRAINING = read_metrics(ROOT / "metrics" / "finetune" / "mlm-lcqmc.json", FinetuneMetrics).training
+FIT = {"steps": 10, "examples": 320, "train_loss": 0.5, "wall_sec": 1.0, "examples_per_sec": 320.0}
+PARAMS = load_params(ROOT / "params.yaml")
+TRAINING = PARAMS.finetune.for_task(PARAMS.task("lcqmc"))  # the knobs a run records
 
 
 def summary(*scores: float) -> dict:
@@ -16,17 +19,21 @@ def summary(*scores: float) -> dict:
 
 
 def finetune(dev: tuple, test: tuple, family: str = "classification", headline: str = "accuracy") -> FinetuneMetrics:
-    return FinetuneMetrics(model="m", task="t", family=family, headline=headline, seeds=[1], training=TRAINING,
-                           runs=[], dev={headline: summary(*dev)}, test={headline: summary(*test)})
+    """Metrics of ``len(dev)`` runs (a single test score stands for every run's)."""
+    tests = test * len(dev) if len(test) == 1 else test
+    runs = [{"seed": i + 1, "train": FIT, "dev": {headline: d}, "test": {headline: t}}
+            for i, (d, t) in enumerate(zip(dev, tests))]
+    return FinetuneMetrics(model="m", task="t", family=family, headline=headline, seeds=list(range(1, len(dev) + 1)),
+                           training=TRAINING, runs=runs, dev={headline: summary(*dev)}, test={headline: summary(*test)})
 
 
 @pytest.mark.parametrize("now_dev, verdict", [
     ((0.70, 0.72, 0.74), "identical"),
-    ((0.71, 0.73, 0.75), "within seed spread"),      # +1 point, spread 4 points
-    ((0.60, 0.61, 0.62), "worse, beyond seed spread"),
-    ((0.80, 0.81, 0.82), "better, beyond seed spread"),
+    ((0.71, 0.73, 0.75), "within noise"),      # +1 point, runs 2 points apart
+    ((0.60, 0.61, 0.62), "lower"),
+    ((0.80, 0.81, 0.82), "higher"),
 ])
-def test_run_scores_are_judged_against_the_seed_spread(monkeypatch, now_dev, verdict):
+def test_run_scores_are_judged_by_their_interval(monkeypatch, now_dev, verdict):
     committed = finetune((0.70, 0.72, 0.74), (0.5, 0.5, 0.5))
     monkeypatch.setattr(provenance, "previous_metrics", lambda path, rev="HEAD": committed)
     text = provenance.changes_section({("mlm", "sentiment"): finetune(now_dev, (0.5, 0.5, 0.5))})
@@ -40,9 +47,15 @@ def test_mrc_percentages_compare_as_fractions(monkeypatch):
     monkeypatch.setattr(provenance, "previous_metrics", lambda path, rev="HEAD": committed)
     now = finetune((0.71, 0.75), (0.7,), "mrc", "f1")
     row = provenance.changes_section({("wwm", "msra_mrc"): now}).splitlines()[2]
-    assert "| 72.00 | 73.00 | +1.00 | 4.00 | within seed spread |" in row
+    assert "| 72.00 | 73.00 | +1.00 [" in row and row.endswith("| within noise |")
 
 
 def test_nothing_committed_gives_no_table(monkeypatch):
     monkeypatch.setattr(provenance, "previous_metrics", lambda path, rev="HEAD": None)
     assert provenance.changes_section({("mlm", "sentiment"): finetune((0.7,), (0.7,))}) == ""
+
+
+def test_one_run_a_side_has_no_interval(monkeypatch):
+    monkeypatch.setattr(provenance, "previous_metrics", lambda path, rev="HEAD": finetune((0.7,), (0.5,)))
+    row = provenance.changes_section({("mlm", "sentiment"): finetune((0.8,), (0.5,))}).splitlines()[2]
+    assert "| +10.00 | one run: no interval |" in row

@@ -1,7 +1,8 @@
-"""Report sections: HFL-style cells, MRC percentages brought to the common scale, the
-"what pretraining buys" verdict and the objective comparison judged against the seed
-spread; every section template rendered (StrictUndefined) from the committed metrics and
-from none; the HTML page with the shared stylesheet."""
+"""Report sections: MRC percentages brought to the common scale, the Findings table (claims of
+the line judged by the statistics module, and what has not run), the objective comparison with
+its variance decomposition, the stages of the run times; every section template rendered
+(StrictUndefined) from the committed metrics and from none; the HTML page with the shared
+stylesheet."""
 
 import json
 import re
@@ -9,6 +10,7 @@ import shutil
 from pathlib import Path
 
 import jinja2
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -17,22 +19,26 @@ from tasks.core.metrics.base import read_metrics
 from tasks.core.metrics.compression import PruneMetrics
 from tasks.core.metrics.downstream import FinetuneMetrics, SeedSummary
 from tasks.core.params import Objective, Params
-from tasks.report.common import fmt, max_avg
-from tasks.report.comparison import comparison_section
+from tasks.report.common import fmt
 from tasks.report.compression import _findings, compression_section
 from tasks.report.corpus import corpus_section
+from tasks.report.curves import curves_section
 from tasks.report.errors import errors_section
+from tasks.report.findings import comparison_section, findings_rows, findings_section
 from tasks.report.finetune import as_fractions, finetune_results, finetune_section
 from tasks.report.html import to_html
 from tasks.report.interpretability import interpretability_section
 from tasks.report.multilingual import multilingual_section
 from tasks.report.pretraining import describe_objective, pretraining_section
 from tasks.report.report import Inputs, build_report
+from tasks.report.runtime import runtime_section, stage_of
+from tasks.report.statistics import Design, Outcomes, mean_of
 from tasks.report.templating import TEMPLATES, render_blocks
 from tests.conftest import ROOT, small_params
 
 METRICS = ROOT / "metrics"  # committed to git: the metrics of a real run
-TRAINING = read_metrics(METRICS / "finetune" / "mlm-lcqmc.json", FinetuneMetrics).training  # a real run's knobs
+SMALL = Params.model_validate(small_params())
+TRAINING = SMALL.finetune.for_task(SMALL.task("lcqmc"))  # the knobs a run records
 FIT = {"steps": 10, "examples": 320, "train_loss": 0.5, "wall_sec": 1.0, "examples_per_sec": 320.0}
 
 
@@ -48,11 +54,7 @@ def result(family, headline, scores) -> FinetuneMetrics:
 
 @pytest.fixture(scope="module")
 def params() -> Params:
-    return Params.model_validate(small_params())
-
-
-def test_max_avg_cell():
-    assert max_avg(SeedSummary(max=0.812, mean=0.8, std=0.0123, min=0.79, n=3)) == "81.2 (80.0 ± 1.2)"
+    return SMALL
 
 
 def test_mrc_percentages_become_fractions():
@@ -62,49 +64,76 @@ def test_mrc_percentages_become_fractions():
     assert as_fractions(result("ner", "f1", [0.2])).dev["f1"].max == 0.2
 
 
-def test_verdict_needs_a_gap_beyond_the_seed_spread(tmp_path):
-    results = {
-        ("random", "sentiment"): result("classification", "accuracy", [0.76, 0.77, 0.78]),
-        ("mlm", "sentiment"): result("classification", "accuracy", [0.80, 0.81, 0.80]),   # +3.3 > spread 2
-        ("wwm", "sentiment"): result("classification", "accuracy", [0.77, 0.79, 0.78]),   # +1.0 < spread 2
-        ("random", "msra_mrc"): as_fractions(result("mrc", "f1", [40.0, 41.0, 42.0])),
-        ("mlm", "msra_mrc"): as_fractions(result("mrc", "f1", [30.0, 31.0, 32.0])),      # -10 beyond spread
-    }
-    md = finetune_section(results, ["mlm", "wwm", "random"], ["sentiment", "msra_mrc"], tmp_path)
-    assert "| sentiment | mlm | +3.33 | 2.00 | better, beyond seed spread |" in md
-    assert "| sentiment | wwm | +1.00 | 2.00 | within seed spread |" in md
-    assert "| msra_mrc | mlm | -10.00 | 2.00 | worse, beyond seed spread |" in md
-    assert (tmp_path / "finetune_dev.png").stat().st_size > 0
+def simulated(seeds: list[int], shift: float, rng: np.random.Generator) -> Outcomes:
+    """Accuracy outcomes (percent) of a procedure with ``shift`` on the logit scale: 3 pretraining
+    seeds x 2 fine-tuning seeds x 400 shared examples (the same examples: ``rng`` is reseeded)."""
+    a, _ = Design(seeds=len(seeds), finetune_seeds=2, examples=400).draw(rng, effect=shift)
+    return Outcomes(a.counts, mean_of(scale=100.0), tuple(seeds), (1, 2))
+
+
+@pytest.fixture(scope="module")
+def seeded_params() -> Params:
+    raw = small_params()
+    raw["pretrain"]["seeds"] = [42, 43, 44]
+    return Params.model_validate(raw)
+
+
+def test_findings_judge_each_claim_by_its_interval_and_say_what_did_not_run(seeded_params, tmp_path):
+    seeds = seeded_params.pretrain.seeds
+    outcomes = {("mlm", "sentiment"): simulated(seeds, 1.5, np.random.default_rng(0)),   # far above random
+                ("random", "sentiment"): simulated(seeds, 0.0, np.random.default_rng(0)),
+                ("mlm", "msra_ner"): simulated(seeds, 0.0, np.random.default_rng(1)),
+                ("wwm", "msra_ner"): simulated(seeds, 0.0, np.random.default_rng(1))}  # the very same runs
+    rows = {(r[0], r[2]): r for r in findings_rows(seeded_params, outcomes, tmp_path)}
+    better = rows["pretraining beats random init", "sentiment"]
+    low, high = map(float, better[3].split("[")[1].rstrip("]").split(", "))
+    assert 0 < low < float(better[3].split()[0]) < high and better[-1] == "agrees"
+    assert rows["whole word masking beats MLM on MRC and NER", "msra_ner"][3] == "+0.00 [+0.00, +0.00]"
+    assert rows["whole word masking beats MLM on MRC and NER", "msra_ner"][-1] == "within noise"
+    # a claim about sentiment is judged on no other task: lcqmc did not run for it
+    assert ("pretraining beats random init", "lcqmc") not in rows
+    assert rows["MLM as correction (Mac) beats random replacement", "-"][-1] == \
+        "not run: add mac and mac_random_replace to compare"
+    assert rows["replaced-token detection beats MLM at equal compute", "-"][-1] == "not run: add electra to compare"
+    assert rows["resampling helps the small languages", "-"][-1].startswith("not run")
+    md = findings_section(seeded_params, outcomes, tmp_path)
+    assert "3 pretraining seeds × 2 fine-tuning seeds" in md and "about these checkpoints" not in md
+
+
+def test_with_one_pretraining_seed_a_finding_is_about_the_checkpoint(params, tmp_path):
+    outcomes = {(p, "sentiment"): simulated([42], shift, np.random.default_rng(0))
+                for p, shift in (("mlm", 1.5), ("random", 0.0))}
+    [row] = [r for r in findings_rows(params, outcomes, tmp_path) if r[2] == "sentiment"]
+    assert row[-1] == "agrees (about this checkpoint, not the procedure)"
+    assert "about these checkpoints, not the procedures" in findings_section(params, outcomes, tmp_path)
+
+
+def test_comparison_table_and_variance_decomposition(seeded_params):
+    seeds = seeded_params.pretrain.seeds
+    outcomes = {(p, "sentiment"): simulated(seeds, shift, np.random.default_rng(2))
+                for p, shift in (("mlm", 1.0), ("wwm", 1.0), ("random", 0.0))}
+    md = comparison_section(seeded_params, outcomes)
+    assert "| procedure | sentiment (classification) |" in md
+    mlm = outcomes["mlm", "sentiment"].runs
+    assert f"| mlm | {mlm.mean():.1f} [" in md and f"· {mlm.max():.1f} ({mlm.mean():.1f}) |" in md
+    [row] = [line for line in md.splitlines() if line.startswith("| sentiment |")]
+    shares = [float(c.rstrip("%")) for c in row.split(" | ")[1:4]]
+    assert abs(sum(shares) - 100) <= 2 and float(row.split(" | ")[4].rstrip(" |")) > 0
+    assert comparison_section(seeded_params, {}) == ""
 
 
 def test_run_times_name_the_stages_of_dvc_yaml(tmp_path):
-    from tasks.report.runtime import runtime_section
-
+    assert stage_of("mlm-42", "sentiment") == "finetune@mlm-42-sentiment"
+    assert stage_of("random-43", "lcqmc") == "finetune_random@43-lcqmc"
+    assert stage_of("albert_tiny", "msra_ner") == "finetune_baseline@albert_tiny-msra_ner"
     side_by_side = result("classification", "accuracy", [0.7, 0.71]).model_copy(update={"wall_sec": 90.0})
-    results = {("mlm", "sentiment"): result("classification", "accuracy", [0.8, 0.81]),
-               ("random", "sentiment"): side_by_side}
-    md = runtime_section(tmp_path, ["mlm", "wwm"], results)
+    results = {("mlm-42", "sentiment"): result("classification", "accuracy", [0.8, 0.81]),
+               ("random-42", "sentiment"): side_by_side}
+    md = runtime_section(tmp_path, ["mlm-42", "wwm-42"], results)
     # a run without the stage's wall (before seed_workers): its seeds' training, summed
-    assert f"| finetune@mlm-sentiment | {fmt(2 * FIT['wall_sec'] / 60, 2)} |" in md  # a compared objective
-    # a baseline (finetune.baselines), by the wall time of its seeds, not their sum
-    assert "| finetune_baseline@random-sentiment | 1.50 |" in md
-
-
-def test_comparison_table_and_noise_verdict():
-    results = {
-        ("mlm", "sentiment"): result("classification", "accuracy", [0.80, 0.81, 0.80]),
-        ("wwm", "sentiment"): result("classification", "accuracy", [0.79, 0.80, 0.81]),    # -0.33, spread 2
-        ("mac", "sentiment"): result("classification", "accuracy", [0.74, 0.75, 0.75]),    # -5.67 beyond
-        ("random", "sentiment"): result("classification", "accuracy", [0.70, 0.71, 0.72]),
-        ("mlm", "msra_mrc"): as_fractions(result("mrc", "f1", [30.0, 31.0, 32.0])),
-    }
-    md = comparison_section(results, ["mlm", "wwm", "mac"], ["random"], ["sentiment", "msra_mrc"])
-    assert "| objective | sentiment (accuracy) | msra_mrc (f1) |" in md
-    assert "| mlm | 81.0 (80.3 ± 0.6) | 32.0 (31.0 ± 1.0) |" in md
-    assert "| mac | 75.0 (74.7 ± 0.6) | - |" in md and "| random | 72.0 (71.0 ± 1.0) | - |" in md
-    assert ("- **sentiment** (accuracy, dev mean): best mlm 80.33; within noise of it: wwm (−0.33, spread 2.00); "
-            "worse beyond noise: mac (−5.67, spread 1.00).\n") in md
-    assert md.endswith("- **msra_mrc**: only mlm was fine-tuned.")
+    assert f"| finetune@mlm-42-sentiment | {fmt(2 * FIT['wall_sec'] / 60, 2)} |" in md
+    # seeds side by side: the stage's wall time, not their sum
+    assert "| finetune_random@42-sentiment | 1.50 |" in md
 
 
 def test_objective_description():
@@ -126,10 +155,15 @@ def _sections(params: Params, metrics: Path, root: Path) -> dict[str, str]:
     figures.mkdir(exist_ok=True)
     objectives, models, tasks = params.compare, params.finetune_models, params.finetune.tasks
     results = finetune_results(metrics, models, tasks)
+    outcomes = {(p, "sentiment"): simulated(params.pretrain.seeds, shift, np.random.default_rng(0))
+                for p, shift in (("mlm", 1.0), ("wwm", 1.0), ("random", 0.0))}
     return {
+        "findings.md.j2": findings_section(params, outcomes, metrics),
         "corpus.md.j2": corpus_section(metrics, tasks),
-        "pretraining.md.j2": pretraining_section(metrics, objectives, params.objectives, figures),
-        "comparison.md.j2": comparison_section(results, objectives, ["random"], tasks),
+        "pretraining.md.j2": pretraining_section(metrics, objectives, params.pretrain.seeds, params.objectives,
+                                                 figures),
+        "curves.md.j2": curves_section(params, metrics, figures),
+        "comparison.md.j2": comparison_section(params, outcomes),
         "finetune.md.j2": finetune_section(results, models, tasks, figures),
         "errors.md.j2": errors_section(*_errors_stub(root), ["mlm"], ["sentiment", "msra_ner"], root / "predictions",
                                        root / "data"),
@@ -164,8 +198,10 @@ def test_every_section_template_renders_from_metrics(params, tmp_path):
         assert not re.search(r"{[{%#]", md), name  # no template syntax left over
     assert sections["corpus.md.j2"].startswith("| language | documents | sentences | characters |")
     assert "\n\nTokenizer: " in sections["corpus.md.j2"] and "\n\nDropped: " in sections["corpus.md.j2"]
-    assert f"| {params.compare[0]} | {describe_objective(params.objective(params.compare[0]))} |" in \
+    assert f"| {params.compare[0]}-42 | {describe_objective(params.objective(params.compare[0]))} |" in \
         sections["pretraining.md.j2"]
+    assert "| pretraining beats random init | BERT (Devlin et al. 2019) | sentiment | +" in sections["findings.md.j2"]
+    assert "Spearman" in sections["curves.md.j2"]
     errors = sections["errors.md.j2"]
     assert errors.startswith("**sentiment** (mlm, seed 1; 1 wrong of 1 test examples)\n\n| text | gold | predicted |")
     assert "| 好\\|看 | 1 | 0 |" in errors and "| 北京 | 北京/LOC | (none) |" in errors
@@ -183,7 +219,7 @@ def test_every_section_template_renders_from_metrics(params, tmp_path):
 
 
 def test_pruning_findings_state_retention_and_survive_an_unpruned_score_of_zero():
-    m = read_metrics(METRICS / "prune" / "wwm-sentiment.json", PruneMetrics)
+    m = read_metrics(METRICS / "prune" / "wwm-42-sentiment.json", PruneMetrics)
     [line] = _findings("sentiment", [], [m])
     assert re.search(r"\d+ of \d+ variants keep ≥ 90% of the unpruned test score \(best \S+: \d+%\)", line)
     zero = SeedSummary(mean=0, std=0, max=0, min=0, n=len(m.seeds))
@@ -196,7 +232,8 @@ def test_sections_say_what_has_not_run(params, tmp_path):
     md = build_report.fn(params, tmp_path / "figures", tmp_path,
                       Inputs(metrics=tmp_path / "none", params_file=ROOT / "params.yaml"))
     headings = [line for line in md.splitlines() if line.startswith("## ")]
-    assert headings == ["## Corpus", "## Pretraining", "## Objective comparison", "## Fine-tuning",
+    assert headings == ["## Findings", "## Corpus", "## Pretraining", "## Score for compute",
+                        "## Objective comparison", "## Fine-tuning",
                         "## Wrong predictions", "## Multilingual continued pretraining", "## Interpretability",
                         "## Compression", "## What changed since the last commit", "## Run times", "## Parameters",
                         "## Data versions (dvc.lock)"]
@@ -204,7 +241,8 @@ def test_sections_say_what_has_not_run(params, tmp_path):
     for missing in ("The multilingual stages have not run.", "The attention-zone ablation has not run.",
                     "The probes have not run.", "The feature-based runs have not run.",
                     "The attributions have not run.", "The compression stages (distill, prune) have not run.",
-                    "No committed metrics to compare with"):
+                    "No committed metrics to compare with", "No curve yet",
+                    "not run: not fine-tuned yet (stage finetune)", "not run: add mac and mac_random_replace"):
         assert missing in md
     assert "```yaml\n# All knobs of the pipeline." in md  # params.yaml verbatim, comments included
 

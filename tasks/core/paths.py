@@ -35,6 +35,25 @@ CHECKPOINTS = Path("checkpoints")
 REPORTS = Path("reports")
 
 
+def seeded(procedure: str, seed: int) -> str:
+    """The name of what ``procedure`` (an objective, or ``random``) made with pretraining seed
+    ``seed``: ``mlm-42``, the folder ``models/mlm-42`` and the item of ``pretrain@mlm-42``."""
+    return f"{procedure}-{seed}"
+
+
+def procedure_of(model: str) -> tuple[str, int | None]:
+    """``("mlm", 42)`` for ``mlm-42``; ``(model, None)`` for a model without a seed (a hub model)."""
+    head, _, tail = model.rpartition("-")
+    return (head, int(tail)) if head and tail.isdigit() else (model, None)
+
+
+def model_dir(model: str) -> Path:
+    """The folder of a model name: ``models/<name>``, or for a snapshot ``<name>@<fraction>`` (the
+    model at that fraction of its pretraining budget) ``models/<name>/snapshots/<fraction>``."""
+    name, _, fraction = model.partition("@")
+    return MODELS / name / "snapshots" / fraction if fraction else MODELS / name
+
+
 def downstream_split(task: str, split: str) -> Path:
     return DOWNSTREAM / task / f"{split}.parquet"
 

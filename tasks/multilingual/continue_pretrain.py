@@ -8,64 +8,31 @@ by the project's pretraining loop (:func:`tasks.pretraining.pretrain.train`), wi
 softmax or CINO's fast MLM (:mod:`tasks.multilingual.fast_mlm`: each language's masked
 tokens predicted over that language's vocabulary only).
 
-Evaluation masks 15% of the tokens of every held-out sequence (at most
-``max_predictions`` per sequence), all as [MASK], with a generator seeded by the
-language alone, so every model sees exactly the same masked positions; it
-reports accuracy and perplexity exp(mean cross-entropy) over those positions.
-:func:`evaluate_heldout` (a Prefect task) evaluates every held-out language;
+Evaluation is the held-out MLM measure of :mod:`tasks.pretraining.heldout` on each language's
+held-out documents; :func:`evaluate_heldout` (a Prefect task) evaluates every held-out language;
 :func:`resized_base_model`, :func:`mixture_examples` and :func:`continue_checkpoint` give
 stage ``continue_pretrain`` its model, training data and checkpoint.
 """
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import numpy as np
 import torch
 import pyarrow as pa
-import torch.nn.functional as F
 from prefect import get_run_logger
 from transformers import BertForMaskedLM, PreTrainedTokenizerBase
 
 from tasks.core import paths
-from tasks.core.rng import named_rng
 from tasks.core.stage import stage_task
 from tasks.corpus.tokenize import random_token_ids
 from tasks.multilingual.fast_mlm import GroupedExamples
 from tasks.multilingual.embeddings import resize_embeddings
-from tasks.pretraining.masking import MaskingConfig, mask_batch
+from tasks.pretraining.masking import MaskingConfig
 from tasks.pretraining.checkpoint import checkpoint_fingerprint, world_size
 from tasks.pretraining.examples import DynamicMasker
-from tasks.pretraining.packing import pack_documents
-from tasks.training.batching import pad_batch
-
-
-def pack_by_language(tokenizer: PreTrainedTokenizerBase, langs: list[str], texts: list[str],
-                     max_seq_length: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """Per language, its documents packed into ``[CLS] ... [SEP]`` sequences.
-
-    Returns:
-        ``{lang: (ids, offsets)}``: the sequences of ``lang`` in flat layout
-        (:mod:`tasks.training.batching`), documents in the order given; languages in order of
-        first appearance.
-    """
-    # split_special_tokens: a literal "[MASK]" in a document is word-pieced, never the mask id (as in
-    # tasks.corpus.tokenize); documents without such strings (all packaged text) get the same ids.
-    ids = tokenizer(texts, add_special_tokens=False, split_special_tokens=True,
-                    return_attention_mask=False)["input_ids"]
-    by_lang: dict[str, list[int]] = {}
-    for i, lang in enumerate(langs):
-        by_lang.setdefault(lang, []).append(i)
-    out = {}
-    for lang, rows in by_lang.items():
-        docs = [np.asarray(ids[i], dtype=np.int32) for i in rows if ids[i]]
-        packed = pack_documents([lang] * len(docs), docs, [np.arange(len(d), dtype=np.int32) for d in docs],
-                                max_seq_length, tokenizer.cls_token_id, tokenizer.sep_token_id)
-        valid = np.arange(packed.input_ids.shape[1])[None, :] < packed.lengths[:, None]
-        out[lang] = (packed.input_ids[valid], np.concatenate([[0], np.cumsum(packed.lengths)]).astype(np.int64))
-    return out
+from tasks.pretraining.heldout import evaluate_mlm, pack_by_language, word_ids_for
 
 
 def concat_sequences(seqs: dict[str, tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
@@ -73,54 +40,6 @@ def concat_sequences(seqs: dict[str, tuple[np.ndarray, np.ndarray]]) -> tuple[np
     ids = np.concatenate([ids for ids, _ in seqs.values()])
     offsets = np.concatenate([[0], np.cumsum(np.concatenate([np.diff(off) for _, off in seqs.values()]))])
     return ids, offsets
-
-
-def word_ids_for(ids: np.ndarray, offsets: np.ndarray) -> np.ndarray:
-    """Flat word ids for token-level MLM: each token its own word, -1 on [CLS] and [SEP]."""
-    word = np.arange(len(ids), dtype=np.int32)
-    word[offsets[:-1]] = -1
-    word[offsets[1:] - 1] = -1
-    return word
-
-
-@torch.no_grad()
-def evaluate_mlm(model: BertForMaskedLM, ids: np.ndarray, offsets: np.ndarray, *, lang: str, seed: int,
-                 mask_token_id: int, masked_lm_prob: float, max_predictions: int, device: torch.device,
-                 batch_size: int = 32) -> dict:
-    """MLM accuracy and perplexity on held-out sequences (module docstring).
-
-    Args:
-        ids, offsets: the sequences in flat layout (:func:`pack_by_language`).
-        lang: seeds the masks together with ``seed``.
-    Returns:
-        ``{"predictions", "loss", "accuracy", "perplexity"}`` (loss in nats per masked token).
-    """
-    config = MaskingConfig(scheme="mlm", masked_lm_prob=masked_lm_prob, max_predictions=max_predictions,
-                           mask=1.0, random=0.0)
-    rng = named_rng(seed, lang)
-    words = word_ids_for(ids, offsets)
-    model.to(device).eval()
-    loss_sum, correct, count = 0.0, 0, 0
-    for start in range(0, len(offsets) - 1, batch_size):
-        index = np.arange(start, min(start + batch_size, len(offsets) - 1))
-        batch_ids, valid = pad_batch(ids, offsets, index)
-        batch_words, _ = pad_batch(words, offsets, index, pad_value=-1)
-        masked = mask_batch(batch_ids, batch_words, config, rng, mask_token_id=mask_token_id,
-                            random_token_ids=np.array([mask_token_id]))
-        rows, cols = np.nonzero(masked.chosen)
-        if not len(rows):
-            continue
-        hidden = model.bert(input_ids=torch.from_numpy(masked.input_ids.astype(np.int64)).to(device),
-                            attention_mask=torch.from_numpy(valid.astype(np.int64)).to(device)).last_hidden_state
-        logits = model.cls(hidden[torch.from_numpy(rows).to(device), torch.from_numpy(cols).to(device)]).float()
-        labels = torch.from_numpy(masked.labels[rows, cols].astype(np.int64)).to(device)
-        loss_sum += float(F.cross_entropy(logits, labels, reduction="sum"))
-        correct += int((logits.argmax(-1) == labels).sum())
-        count += len(rows)
-    if not count:
-        return {"predictions": 0, "loss": None, "accuracy": None, "perplexity": None}
-    return {"predictions": count, "loss": loss_sum / count, "accuracy": correct / count,
-            "perplexity": math.exp(loss_sum / count)}
 
 
 @stage_task(task_run_name="evaluate-{when}")
@@ -174,7 +93,8 @@ def continue_checkpoint(params, mixture: str, cfg) -> tuple[Path, str]:
     ``multilingual.pretrain``'s overrides), masking knobs and inputs."""
     spec, data = params.multilingual, params.pretraining_data
     fingerprint = checkpoint_fingerprint(
-        "continue_pretrain", mixture, cfg.model_dump(exclude={"init_from"}), spec.pretrain.fast_mlm, spec.base_model,
+        "continue_pretrain", mixture, cfg.model_dump(exclude={"init_from", "seeds", "snapshots"}), spec.pretrain.fast_mlm,
+        spec.base_model,
         params.seed, world_size(params.distributed),
         [data.max_seq_length, data.masked_lm_prob, data.max_predictions_per_seq],
         data=[paths.MIXTURES / f"{mixture}.parquet", paths.MODELS / spec.base_model, paths.MULTILINGUAL_TOKENIZER])

@@ -11,7 +11,8 @@ import torch
 from transformers import BertForMaskedLM, BertTokenizerFast, PreTrainedTokenizerBase
 
 from tasks.core.stage import stage_task
-from tasks.multilingual.continue_pretrain import concat_sequences, pack_by_language
+from tasks.multilingual.continue_pretrain import concat_sequences
+from tasks.pretraining.heldout import pack_by_language
 from tasks.multilingual.embeddings import parameter_count, prune_masked_lm
 from tasks.multilingual.vocabulary import multilingual_tokenizer, used_token_ids, vocabulary
 from tasks.training.batching import pad_batch

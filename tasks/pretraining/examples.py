@@ -19,7 +19,7 @@ from tasks.core.errors import SourceError
 from tasks.core.rng import named_rng
 from tasks.corpus.similar_words import SimilarWords, similar_words_from_table
 from tasks.corpus.tokenize import random_token_ids
-from tasks.pretraining.masking import MaskingConfig, mask_batch
+from tasks.pretraining.masking import MaskingConfig, mask_batch, prediction_budget
 from tasks.training.batching import RaggedTake, pad_batch, ragged
 from tasks.training.distributed import Ranks, split_batch
 
@@ -126,6 +126,19 @@ class PretrainingExamples:
 
     def __len__(self) -> int:
         return int(self.chunk_starts[-1])
+
+    @property
+    def predictions(self) -> np.ndarray:
+        """``int64 [N]`` token predictions per example: the stored ones (static), or the budget the
+        masker draws them for (dynamic: :func:`tasks.pretraining.masking.prediction_budget`)."""
+        if self.masker is None:
+            return np.concatenate([np.diff(o) for o in self.label_offsets]).astype(np.int64)
+        maskable = []
+        for words, offsets in zip(self.word_ids, self.id_offsets):
+            words_before = np.concatenate([[0], np.cumsum(words >= 0)])
+            maskable.append(words_before[offsets[1:]] - words_before[offsets[:-1]])
+        config = self.masker.config
+        return prediction_budget(np.concatenate(maskable), config.masked_lm_prob, config.max_predictions)
 
     def batch(self, index: np.ndarray, step: int = 0) -> dict[str, torch.Tensor]:
         """Padded tensors for the examples ``index`` (``int [B]``) at training step ``step``.

@@ -10,7 +10,10 @@ Selection schemes (``MaskingConfig.scheme``):
 * ``ngram``: N-gram masking over whole words, spans of 1..4 words drawn with
   probabilities 40/30/20/10% (MacBERT, Cui et al. 2020, Findings of EMNLP, §3.2;
   PERT, Cui et al. 2022, arXiv:2203.06906, §3.2); the span sampling follows
-  ALBERT's reference ``create_pretraining_data.py`` (Lan et al. 2020, §4.1).
+  ALBERT's reference ``create_pretraining_data.py`` (Lan et al. 2020, §4.1);
+* ``span``: span masking (SpanBERT, Joshi et al. 2020, TACL, §3.1): span lengths in whole words
+  from a geometric distribution (p = 0.2) clipped at 10, spans start at a word, and the 80/10/10
+  replacement is decided per span.
 
 Replacements (``MaskingConfig`` shares, ``keep`` is the rest):
 
@@ -19,7 +22,8 @@ Replacements (``MaskingConfig`` shares, ``keep`` is the rest):
 * ``similar``: Mac, MLM as correction (MacBERT §3.2): a chosen word becomes a
   similar word (:class:`SimilarWords`), never [MASK];
 * ``permute``: PerLM (PERT §3.2): the chosen tokens are shuffled among
-  themselves and the labels are positions, not token ids.
+  themselves (within the row, or within a word, N-gram or sentence: PERT's
+  granularity ablation, §6) and the labels are positions, not token ids.
 
 Every function works on whole batches at once (NumPy, and compiled loops over
 rows: no Python loop per example), takes an explicit :class:`numpy.random.Generator`,
@@ -48,6 +52,8 @@ from tasks.core.params.pretraining import MASKING_SCHEMES, Objective, Pretrainin
 from tasks.corpus.similar_words import SimilarWords
 from tasks.training.batching import IGNORE_INDEX
 
+GRANULARITIES = ("none", "word", "ngram", "sentence")  # PerLM: params Permutation.granularity
+
 
 @dataclass(frozen=True)
 class MaskingConfig:
@@ -63,6 +69,9 @@ class MaskingConfig:
             permutation; the rest stay as they are (``keep``: given, the five shares
             must sum to 1; None: whatever the four leave).
         ngram_probs: probability of a span of 1, 2, ... words (``ngram`` only).
+        span_p, span_max_words: the clipped geometric law of span lengths in words (``span`` only).
+        granularity: PerLM: which permuted tokens may trade places: ``none`` (any of the row),
+            ``word``, ``ngram`` (one chosen span) or ``sentence`` (needs the sentence starts).
 
     Raises:
         ValueError: an unknown scheme, shares outside [0, 1] or summing above 1,
@@ -80,6 +89,9 @@ class MaskingConfig:
     permute: float = 0.0
     ngram_probs: tuple[float, ...] = (0.4, 0.3, 0.2, 0.1)
     keep: float | None = None
+    span_p: float = 0.2
+    span_max_words: int = 10
+    granularity: str = "none"
 
     def __post_init__(self) -> None:
         if self.scheme not in MASKING_SCHEMES:
@@ -92,8 +104,13 @@ class MaskingConfig:
         if self.permute and (self.mask or self.random or self.similar):
             raise ValueError("permute (PerLM) cannot be combined with mask, random or similar: "
                              "PerLM predicts positions, the others predict tokens")
-        if self.similar and self.scheme == "mlm":
+        if self.similar and self.scheme in ("mlm", "span"):
             raise ValueError("similar-word replacement (Mac) needs word units: use scheme wwm or ngram")
+        if not 0 < self.span_p < 1 or self.span_max_words < 1:
+            raise ValueError(f"span_p must be in (0, 1) and span_max_words >= 1, got {self.span_p}, "
+                             f"{self.span_max_words}")
+        if self.granularity not in GRANULARITIES:
+            raise ValueError(f"unknown granularity {self.granularity!r}; known: {', '.join(GRANULARITIES)}")
         if not self.ngram_probs or min(self.ngram_probs) < 0 or not math.isclose(sum(self.ngram_probs), 1.0,
                                                                                  abs_tol=1e-6):
             raise ValueError(f"ngram_probs must be non-negative and sum to 1, got {list(self.ngram_probs)}")
@@ -102,6 +119,13 @@ class MaskingConfig:
     def predicts_positions(self) -> bool:
         """PerLM: labels are input positions (a classifier over positions), not vocabulary ids."""
         return self.permute > 0
+
+    @property
+    def span_probs(self) -> tuple[float, ...]:
+        """P(span of 1, 2, ... ``span_max_words`` words): Geometric(``span_p``) renormalised over
+        them (SpanBERT's ``len_distrib``)."""
+        p = self.span_p * (1 - self.span_p) ** np.arange(self.span_max_words)
+        return tuple((p / p.sum()).tolist())
 
 
 def prediction_budget(n_maskable: np.ndarray, masked_lm_prob: float, max_predictions: int) -> np.ndarray:
@@ -220,28 +244,44 @@ def _select_units_rows(unit_ids: np.ndarray, budget: np.ndarray, priority: np.nd
 
 
 @njit(cache=True)
+def _row_words(word_ids: np.ndarray, lengths: np.ndarray, cum: np.ndarray) -> tuple[int, int]:
+    """Tokens per word of one row into ``lengths``, ``cum[w]`` the tokens of words ``0..w-1``;
+    returns the row's tokens in words and its words."""
+    n_tokens = _unit_lengths(word_ids, lengths)
+    n_words = 0
+    for w in range(len(lengths)):
+        cum[w + 1] = cum[w] + lengths[w]
+        n_words += lengths[w] > 0
+    return n_tokens, n_words
+
+
+@njit(cache=True)
+def _span_of_tokens(word_ids: np.ndarray, start_of_word: np.ndarray, out: np.ndarray) -> None:
+    """Each token's span (the first word of the span covering its word, -1 if none) into ``out``."""
+    for i in range(len(word_ids)):
+        out[i] = start_of_word[word_ids[i]] if word_ids[i] >= 0 else -1
+
+
+@njit(cache=True)
 def _select_ngrams_rows(word_ids: np.ndarray, budget: np.ndarray, priority: np.ndarray, draws: np.ndarray,
-                        cdf: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+                        cdf: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """:func:`select_ngrams` given the draws: ``priority`` and ``draws`` ``float64 [N, W]`` (one
-    per word, and one per visit for its span length), ``cdf`` the cumulative ``ngram_probs``."""
+    per word, and one per visit for its span length), ``cdf`` the cumulative ``ngram_probs``.
+    Returns :class:`Spans`' ``start``, ``words`` and ``drawn``."""
     n_rows, width = word_ids.shape
     n_words_max, k = priority.shape[1], len(cdf)
-    chosen = np.zeros((n_rows, width), dtype=np.bool_)
+    start_of = np.full((n_rows, width), -1, dtype=np.int32)
     lengths, units = np.empty(n_words_max, np.int64), np.empty(n_words_max, np.int64)
-    keys, covered = np.empty(n_words_max), np.empty(n_words_max, np.bool_)
-    cum = np.zeros(n_words_max + 1, np.int64)  # cum[w]: tokens of words 0..w-1
-    spans = np.empty(max(budget.sum(), 0), np.int64)
+    keys, start_of_word = np.empty(n_words_max), np.empty(n_words_max, np.int32)
+    cum = np.zeros(n_words_max + 1, np.int64)
+    spans, drawn = np.empty(max(budget.sum(), 0), np.int64), np.empty(max(budget.sum(), 0), np.int64)
     n_spans = 0
     for r in range(n_rows):
         if budget[r] <= 0:
             continue
-        n_tokens = _unit_lengths(word_ids[r], lengths)
-        n_words = 0
-        for w in range(n_words_max):
-            cum[w + 1] = cum[w] + lengths[w]
-            n_words += lengths[w] > 0
+        n_tokens, n_words = _row_words(word_ids[r], lengths, cum)
         step = _window(budget[r], n_tokens)
-        covered[:] = False
+        start_of_word[:] = -1
         total, visit, lo = 0, 0, 0.0
         while total < budget[r] and lo < 1.0:
             for q in range(_visits_between(priority[r], lengths, lo, lo + step, units, keys)):
@@ -253,22 +293,68 @@ def _select_ngrams_rows(word_ids: np.ndarray, budget: np.ndarray, priority: np.n
                 for e in range(k):
                     n += v >= cdf[e]
                 n = min(n, room)
+                wanted = n
                 while n > 0 and cum[start + n] - cum[start] > budget[r] - total:
                     n -= 1  # shorten to fit the budget
                 free = n > 0
                 for w in range(start, start + n):
-                    free &= not covered[w]
+                    free &= start_of_word[w] < 0
                 if free:
-                    covered[start:start + n] = True
+                    start_of_word[start:start + n] = start
                     total += cum[start + n] - cum[start]
-                    spans[n_spans] = n
+                    spans[n_spans], drawn[n_spans] = n, wanted
                     n_spans += 1
                     if total == budget[r]:
                         break
             lo += step
-        for i in range(width):
-            chosen[r, i] = word_ids[r, i] >= 0 and covered[word_ids[r, i]]
-    return chosen, spans[:n_spans]
+        _span_of_tokens(word_ids[r], start_of_word, start_of[r])
+    return start_of, spans[:n_spans], drawn[:n_spans]
+
+
+@njit(cache=True)
+def _select_spans_rows(word_ids: np.ndarray, budget: np.ndarray, priority: np.ndarray, draws: np.ndarray,
+                       cdf: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`select_spans` given the draws (as :func:`_select_ngrams_rows`, ``cdf`` the cumulative
+    clipped geometric law). Returns :class:`Spans`' ``start``, ``words`` and ``drawn``."""
+    n_rows, width = word_ids.shape
+    n_words_max, k = priority.shape[1], len(cdf)
+    start_of = np.full((n_rows, width), -1, dtype=np.int32)
+    lengths, units = np.empty(n_words_max, np.int64), np.empty(n_words_max, np.int64)
+    keys, start_of_word = np.empty(n_words_max), np.empty(n_words_max, np.int32)
+    cum = np.zeros(n_words_max + 1, np.int64)
+    spans, drawn = np.empty(max(budget.sum(), 0), np.int64), np.empty(max(budget.sum(), 0), np.int64)
+    n_spans = 0
+    for r in range(n_rows):
+        if budget[r] <= 0:
+            continue
+        n_tokens, n_words = _row_words(word_ids[r], lengths, cum)
+        step = _window(budget[r], n_tokens)
+        start_of_word[:] = -1
+        total, visit, lo = 0, 0, 0.0
+        while total < budget[r] and lo < 1.0:
+            for q in range(_visits_between(priority[r], lengths, lo, lo + step, units, keys)):
+                start = units[q]
+                if start_of_word[start] >= 0:
+                    continue  # SpanBERT: an anchor already masked is drawn again
+                v = draws[r, visit]
+                visit += 1
+                n = 1
+                for e in range(k - 1):
+                    n += v >= cdf[e]
+                m = 0  # the span ends at the row's end, at a chosen word or at the budget
+                while m < n and start + m < n_words and start_of_word[start + m] < 0 \
+                        and total + lengths[start + m] <= budget[r]:
+                    total += lengths[start + m]
+                    start_of_word[start + m] = start
+                    m += 1
+                if m > 0:
+                    spans[n_spans], drawn[n_spans] = m, n
+                    n_spans += 1
+                    if total == budget[r]:
+                        break
+            lo += step
+        _span_of_tokens(word_ids[r], start_of_word, start_of[r])
+    return start_of, spans[:n_spans], drawn[:n_spans]
 
 
 @njit(cache=True)
@@ -314,8 +400,30 @@ def select_units(unit_ids: np.ndarray, budget: np.ndarray, rng: np.random.Genera
     return _select_units_rows(unit_ids, np.asarray(budget, dtype=np.int64), rng.random((len(unit_ids), n_units)))
 
 
+@dataclass(frozen=True)
+class Spans:
+    """Spans of whole words chosen by :func:`select_ngrams` or :func:`select_spans`.
+
+    Attributes:
+        start: ``int32 [N, L]`` the first word of the span covering each token, -1 for tokens
+            not chosen (a span's id: increasing along the row).
+        words: ``int64 [S]`` each span's length in words, row by row.
+        drawn: ``int64 [S]`` the length drawn for it, before the budget (and, for ``span``, the
+            row's end or a chosen word) cut it.
+    """
+
+    start: np.ndarray
+    words: np.ndarray
+    drawn: np.ndarray
+
+    @property
+    def chosen(self) -> np.ndarray:
+        """``bool [N, L]``: the chosen tokens."""
+        return self.start >= 0
+
+
 def select_ngrams(word_ids: np.ndarray, budget: np.ndarray, rng: np.random.Generator,
-                  ngram_probs: tuple[float, ...] = (0.4, 0.3, 0.2, 0.1)) -> tuple[np.ndarray, np.ndarray]:
+                  ngram_probs: tuple[float, ...] = (0.4, 0.3, 0.2, 0.1)) -> Spans:
     """N-gram masking: choose spans of 1..K consecutive whole words until the token budget is met.
 
     The rules of ALBERT's ``create_masked_lm_predictions`` (the reference for
@@ -337,21 +445,47 @@ def select_ngrams(word_ids: np.ndarray, budget: np.ndarray, rng: np.random.Gener
         ngram_probs: probability of a span of 1, 2, ... K words.
         rng: the random generator (consumes ``2 * N * W`` uniforms, ``W`` = the largest word id + 1).
     Returns:
-        ``(chosen, span_words)``: ``bool [N, L]`` chosen tokens, and ``int64 [S]``
-        the length in words of every span taken, row by row (for statistics and tests).
+        :class:`Spans`.
     """
+    return _spans(_select_ngrams_rows, word_ids, budget, rng, ngram_probs)
+
+
+def select_spans(word_ids: np.ndarray, budget: np.ndarray, rng: np.random.Generator,
+                 span_probs: tuple[float, ...]) -> Spans:
+    """Span masking (SpanBERT, Joshi et al. 2020, §3.1; reference ``PairWithSpanMaskingScheme``):
+    per row, until the token budget is met, pick an anchor word uniformly among those not yet
+    chosen, draw a length ``n`` in words with probability ``span_probs[n-1]`` (SpanBERT: the
+    geometric law clipped at 10, :attr:`MaskingConfig.span_probs`), and choose the words from the
+    anchor on, whole, until ``n`` are taken, the row ends, the next word is already chosen or
+    would exceed the budget (an anchor word that alone exceeds it is skipped, as BERT skips).
+
+    The drawn lengths of the spans taken follow ``span_probs`` exactly (the draw comes after the
+    anchor is accepted); the lengths taken are at most those drawn. A compiled loop per row
+    (:func:`_select_spans_rows`) with the draws of :func:`select_ngrams`.
+
+    Args:
+        word_ids, budget, rng: as :func:`select_ngrams`.
+    Returns:
+        :class:`Spans`.
+    """
+    return _spans(_select_spans_rows, word_ids, budget, rng, span_probs)
+
+
+def _spans(kernel, word_ids: np.ndarray, budget: np.ndarray, rng: np.random.Generator,
+           probs: tuple[float, ...]) -> Spans:
     n_words_max = int(word_ids.max(initial=-1)) + 1
     if n_words_max == 0:
-        return np.zeros(word_ids.shape, dtype=bool), np.zeros(0, dtype=np.int64)
+        empty = np.zeros(0, dtype=np.int64)
+        return Spans(np.full(word_ids.shape, -1, dtype=np.int32), empty, empty)
     priority = rng.random((len(word_ids), n_words_max))
     draws = rng.random((len(word_ids), n_words_max))
-    return _select_ngrams_rows(word_ids, np.asarray(budget, dtype=np.int64), priority, draws,
-                               np.cumsum(ngram_probs, dtype=np.float64))
+    return Spans(*kernel(word_ids, np.asarray(budget, dtype=np.int64), priority, draws,
+                         np.cumsum(probs, dtype=np.float64)))
 
 
 def unit_ids_for(scheme: str, word_ids: np.ndarray) -> np.ndarray:
-    """Unit ids of a masking scheme: each maskable token alone (MLM) or its word (WWM, N-gram)."""
-    if scheme in ("wwm", "ngram"):
+    """Unit ids of a masking scheme: each maskable token alone (MLM) or its word (WWM, N-gram, span)."""
+    if scheme in ("wwm", "ngram", "span"):
         return word_ids
     if scheme == "mlm":
         positions = np.broadcast_to(np.arange(word_ids.shape[1], dtype=word_ids.dtype), word_ids.shape)
@@ -453,12 +587,13 @@ def _replace(original: np.ndarray, positions: np.ndarray, kind: np.ndarray, mask
 
 
 @njit(cache=True)
-def _permute(out: np.ndarray, labels: np.ndarray, original: np.ndarray, permuted: np.ndarray, keys: np.ndarray,
-             width: int) -> None:
-    """PerLM, in place: the tokens at ``permuted`` (flat, increasing) shuffled within each row,
-    ``permuted[j]`` taking the token from the ``j``-th of its row's positions ordered by ``keys``;
+def _permute(out: np.ndarray, labels: np.ndarray, original: np.ndarray, permuted: np.ndarray, groups: np.ndarray,
+             keys: np.ndarray, width: int) -> None:
+    """PerLM, in place: the tokens at ``permuted`` (flat, increasing) shuffled within each group
+    (``groups``: ``int64 [M]``, non-decreasing: the row, or the row's word, span or sentence),
+    ``permuted[j]`` taking the token from the ``j``-th of its group's positions ordered by ``keys``;
     the label at a token's old position is its new one."""
-    source = permuted[_shuffle_within_rows(permuted // width, keys)]
+    source = permuted[_shuffle_within_rows(groups, keys)]
     for j in range(len(permuted)):
         out[permuted[j]] = original[source[j]]
         labels[source[j]] = permuted[j] % width
@@ -466,7 +601,8 @@ def _permute(out: np.ndarray, labels: np.ndarray, original: np.ndarray, permuted
 
 def corrupt(input_ids: np.ndarray, chosen: np.ndarray, unit_ids: np.ndarray, config: MaskingConfig,
             rng: np.random.Generator, *, mask_token_id: int, random_token_ids: np.ndarray,
-            lex_ids: np.ndarray | None = None, similar: SimilarWords | None = None) -> MaskedBatch:
+            lex_ids: np.ndarray | None = None, similar: SimilarWords | None = None,
+            groups: np.ndarray | None = None) -> MaskedBatch:
     """Corrupt the chosen tokens and build the labels.
 
     One uniform draw per decision unit picks, in this order, [MASK] (``mask``),
@@ -474,8 +610,10 @@ def corrupt(input_ids: np.ndarray, chosen: np.ndarray, unit_ids: np.ndarray, con
     permutation (``permute``), or keep. The decision unit is the token (BERT §3.1
     and appendix A.1; Google's code decides per token also under WWM), except
     with ``similar > 0``, where it is the chosen word (MacBERT §3.2: "we will find
-    similar words individually" for each word of an N-gram), and a random
-    replacement then gives every token of the word a random token.
+    similar words individually" for each word of an N-gram), and under span masking,
+    where it is the span (SpanBERT §3.1: "all the tokens in a span are replaced with
+    [MASK] or sampled tokens"); a random replacement then gives every token of the
+    unit a random token.
 
     Mac: a word takes a uniformly drawn candidate of :class:`SimilarWords` of the
     same token length; a word with no candidate (not in the lexicon, no
@@ -484,13 +622,17 @@ def corrupt(input_ids: np.ndarray, chosen: np.ndarray, unit_ids: np.ndarray, con
     we will degrade to use random word replacement"); each fallback is counted.
 
     PerLM (PERT §3.2): the tokens drawn for ``permute`` are shuffled among
-    themselves within their row (a uniformly random permutation of those
-    positions); at every chosen position ``i`` the label is the position where
-    the original token ``input_ids[i]`` now stands (``i`` itself for kept tokens).
+    themselves within their row, or within their group (a uniformly random
+    permutation of those positions); at every chosen position ``i`` the label is
+    the position where the original token ``input_ids[i]`` now stands (``i`` itself
+    for kept tokens and for a token alone in its group).
 
     Args:
         input_ids: ``int [N, L]``; chosen: ``bool [N, L]``; unit_ids: ``int [N, L]``
-            (the words of the chosen tokens, used with ``similar``).
+            (the decision unit of each chosen token: its word with ``similar``, its span under
+            span masking; unused otherwise).
+        groups: PerLM: ``int [N, L]``, non-decreasing along each row: permuted tokens trade places
+            only within a group (a word, a span, a sentence); None: within the row.
         random_token_ids: ``int [V']`` ids a random replacement is drawn from, uniformly.
         lex_ids, similar: the lexicon entry of every token's word and the
             similar words (required when ``config.similar > 0``).
@@ -505,8 +647,11 @@ def corrupt(input_ids: np.ndarray, chosen: np.ndarray, unit_ids: np.ndarray, con
     positions = np.flatnonzero(chosen)
     edges = np.cumsum([config.mask, config.random, config.similar, config.permute])
     values = np.zeros(0, dtype=np.int32)
-    if not config.similar:  # 0 mask, 1 random, 2 similar, 3 permute, 4 keep
+    if not config.similar and config.scheme != "span":  # 0 mask, 1 random, 2 similar, 3 permute, 4 keep
         kind = _count_at_most(edges, rng.random(len(positions)))
+    elif not config.similar:  # one decision per span
+        _, _, occurrence = _word_occurrences(positions, unit_ids.reshape(-1), width)
+        kind = _count_at_most(edges, rng.random(int(occurrence[-1]) + 1 if len(occurrence) else 0))[occurrence]
     else:
         if similar is None:
             raise ValueError("similar-word replacement (Mac) needs a SimilarWords lexicon")
@@ -529,13 +674,15 @@ def corrupt(input_ids: np.ndarray, chosen: np.ndarray, unit_ids: np.ndarray, con
                            config.predicts_positions)
     if config.permute:
         permuted = positions[kind == 3]
-        _permute(out, labels, original, permuted, rng.random(len(permuted)), width)
+        row = (permuted // width).astype(np.int64)
+        group = row if groups is None else row * (int(groups.max(initial=0)) + 2) + groups.reshape(-1)[permuted] + 1
+        _permute(out, labels, original, permuted, group, rng.random(len(permuted)), width)
     return MaskedBatch(out.reshape(input_ids.shape), chosen, labels.reshape(input_ids.shape), counts)
 
 
 def mask_batch(input_ids: np.ndarray, word_ids: np.ndarray, config: MaskingConfig, rng: np.random.Generator, *,
                mask_token_id: int, random_token_ids: np.ndarray, lex_ids: np.ndarray | None = None,
-               similar: SimilarWords | None = None) -> MaskedBatch:
+               similar: SimilarWords | None = None, sentence_ids: np.ndarray | None = None) -> MaskedBatch:
     """Choose ``config.masked_lm_prob`` of the maskable tokens of every sequence with the
     configured scheme, then corrupt them (:func:`corrupt`).
 
@@ -543,17 +690,31 @@ def mask_batch(input_ids: np.ndarray, word_ids: np.ndarray, config: MaskingConfi
         input_ids: ``int [N, L]`` original token ids.
         word_ids: ``int [N, L]`` word index per token, -1 for special and padding tokens.
         lex_ids, similar: for Mac only (see :func:`corrupt`).
+        sentence_ids: ``int [N, L]`` sentence index per token, non-decreasing along each row (PerLM
+            with ``granularity`` sentence only).
     Returns:
         A :class:`MaskedBatch`.
+    Raises:
+        ValueError: granularity ``sentence`` without ``sentence_ids``.
     """
     budget = prediction_budget(np.count_nonzero(word_ids >= 0, axis=1), config.masked_lm_prob,
                                config.max_predictions)
+    spans = None
     if config.scheme == "ngram":
-        chosen, _ = select_ngrams(word_ids, budget, rng, config.ngram_probs)
-    else:
-        chosen = select_units(unit_ids_for(config.scheme, word_ids), budget, rng)
-    return corrupt(input_ids, chosen, word_ids, config, rng, mask_token_id=mask_token_id,
-                   random_token_ids=random_token_ids, lex_ids=lex_ids, similar=similar)
+        spans = select_ngrams(word_ids, budget, rng, config.ngram_probs)
+    elif config.scheme == "span":
+        spans = select_spans(word_ids, budget, rng, config.span_probs)
+    chosen = spans.chosen if spans is not None else select_units(unit_ids_for(config.scheme, word_ids), budget, rng)
+    units = spans.start if config.scheme == "span" else word_ids
+    groups = None
+    if config.permute and config.granularity != "none":
+        if config.granularity == "sentence" and sentence_ids is None:
+            raise ValueError("PerLM granularity sentence needs the sentence ids of the rows")
+        groups = {"word": word_ids, "sentence": sentence_ids,
+                  "ngram": spans.start if spans is not None else unit_ids_for(config.scheme, word_ids)
+                  }[config.granularity]
+    return corrupt(input_ids, chosen, units, config, rng, mask_token_id=mask_token_id,
+                   random_token_ids=random_token_ids, lex_ids=lex_ids, similar=similar, groups=groups)
 
 
 def masking_config(objective: Objective, data: PretrainingData) -> MaskingConfig:
@@ -562,4 +723,5 @@ def masking_config(objective: Objective, data: PretrainingData) -> MaskingConfig
     return MaskingConfig(scheme=objective.masking, masked_lm_prob=data.masked_lm_prob,
                          max_predictions=data.max_predictions_per_seq, mask=r.mask, random=r.random,
                          similar=r.similar, permute=r.permute, keep=r.keep,
-                         ngram_probs=tuple(data.ngram_probabilities))
+                         ngram_probs=tuple(data.ngram_probabilities), span_p=data.span_p,
+                         span_max_words=data.span_max_words, granularity=objective.permutation.granularity)

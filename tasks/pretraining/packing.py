@@ -5,7 +5,8 @@ consecutive sentences of one document fill a sequence of at most ``max_seq_lengt
 including [CLS] and [SEP], and a sequence never crosses a document boundary. With
 ``full_sentences`` (RoBERTa's FULL-SENTENCES) a sequence goes on into the next document after
 an extra [SEP], so short documents no longer leave rows half empty; it has no NSP/SOP (RoBERTa
-drops NSP with it). Either way a sentence longer than a sequence is cut into pieces.
+drops NSP with it). Either way a sentence longer than a sequence is cut into pieces, at a word
+boundary (:func:`cut_points`), so that whole-word schemes never mask half a word.
 
 Out of core: :func:`pack_corpus` streams the tokenized corpus by Parquet record batches (the
 open sequence and document carry across batches, so the rows are those of packing the whole
@@ -35,6 +36,21 @@ def _dense(word_ids: np.ndarray) -> np.ndarray:
     if word_ids.size == 0:
         return word_ids
     return np.concatenate([[0], np.cumsum(np.diff(word_ids) != 0)]).astype(np.int32)
+
+
+def cut_points(word_ids: np.ndarray, room: int) -> list[int]:
+    """Where a sentence of ``word_ids`` (``int [T]``, non-decreasing) is cut into pieces of at most
+    ``room`` tokens: each piece ends at the last word boundary that fits, and inside a word only
+    when one word alone is longer than ``room``. Returns the piece starts (``[]`` for an empty
+    sentence)."""
+    starts, start, n = [0] if len(word_ids) else [], 0, len(word_ids)
+    while n - start > room:
+        end = start + room
+        while end > start and word_ids[end] == word_ids[end - 1]:
+            end -= 1  # back to the first token of the word the cut falls in
+        start = end if end > start else start + room
+        starts.append(start)
+    return starts
 
 
 def _assemble(seqs: list, width: int, cls_id: int, sep_id: int) -> Packed:
@@ -100,9 +116,9 @@ class Packer:
                 if not self.cross_documents:
                     self._flush()
                 self._doc, self._n_docs = doc, self._n_docs + 1
-            for start in range(0, len(ids), room):  # a sentence longer than a sequence is cut
-                piece, piece_words = ids[start:start + room], _dense(words[start:start + room])
-                piece_lex = lex[start:start + room]
+            starts = cut_points(words, room)  # a sentence longer than a sequence is cut between words
+            for start, stop in zip(starts, starts[1:] + [len(ids)]):
+                piece, piece_words, piece_lex = ids[start:stop], _dense(words[start:stop]), lex[start:stop]
                 sep = int(new_document and self._len > 0)  # the [SEP] between two documents of a row
                 if self._len + sep + len(piece) > room:
                     self._flush()

@@ -30,19 +30,39 @@ from tasks.core.params import Pretrain
 from tasks.core.stage import stage_task
 from tasks.pretraining.checkpoint import exclusive, load_checkpoint, save_checkpoint
 from tasks.pretraining.examples import PretrainingExamples, micro_batches
-from tasks.pretraining.modeling import PretrainingModel
+from tasks.pretraining.modeling import ElectraPretrainingModel, PretrainingModel, mlm_flops
 from tasks.training.batching import BatchSchedule
 from tasks.training.device import autocast
 from tasks.training.distributed import Ranks, wrap
 from tasks.training.optim import learning_rate, optimizer_for
 
-LOG_FIELDS = ["step", "tokens", "loss", "token_accuracy", "sentence_loss", "sentence_accuracy", "learning_rate",
-              "tokens_per_sec", "elapsed_sec"]
+LOG_FIELDS = ["step", "tokens", "loss", "token_accuracy", "sentence_loss", "sentence_accuracy", "rtd_loss",
+              "rtd_accuracy", "learning_rate", "tokens_per_sec", "elapsed_sec", "flops"]
+Snapshot = Callable[[float, dict], None]
+"""``snapshot(fraction, at)``: keep the model as it is at ``fraction`` of the budget; ``at`` holds
+``step``, ``tokens``, ``seconds`` and ``flops`` so far (called on rank 0)."""
 
 
 def total_steps_for(budget_tokens: int, batch_size: int, mean_length: float) -> int:
     """Steps that spend ``budget_tokens`` non-padding tokens at ``batch_size`` examples per step."""
     return max(1, math.ceil(budget_tokens / (batch_size * mean_length)))
+
+
+def equal_flops_steps(model, data: PretrainingExamples, schedule: BatchSchedule, token_steps: int) -> int:
+    """The ``mlm_flops`` budget: the steps after which ``model`` has spent the model FLOPs that an
+    MLM with an encoder of its size (:func:`tasks.pretraining.modeling.mlm_flops`) spends in
+    ``token_steps`` steps of the same batches (the schedule is a pure function of the seed, so an
+    MLM of the same seed trains on these very batches). Equal within one step's FLOPs (ELECTRA's
+    comparisons at equal compute, Clark et al. 2020, §3.3)."""
+    lengths, predicted = data.lengths, data.predictions
+    reference = sum(mlm_flops(model.hf.config, lengths[i], int(predicted[i].sum()))
+                    for i in map(schedule, range(token_steps)))
+    steps, spent = 0, 0.0
+    while spent < reference:
+        index = schedule(steps)
+        spent += model.flops(lengths[index], int(predicted[index].sum()))
+        steps += 1
+    return max(steps, 1)
 
 
 def peak_memory_mb(device: torch.device) -> float:
@@ -53,14 +73,17 @@ def peak_memory_mb(device: torch.device) -> float:
 
 
 @stage_task
-def train(model: PretrainingModel, data: PretrainingExamples, cfg: Pretrain, *, seed: int, device: torch.device,
-          checkpoint: Path, fingerprint: str, log: Callable[[str], None] = print, ranks: Ranks = Ranks()) -> dict:
-    """Pretrain ``model`` on ``data`` for ``cfg.token_budget`` tokens; resume from ``checkpoint``.
+def train(model: PretrainingModel | ElectraPretrainingModel, data: PretrainingExamples, cfg: Pretrain, *, seed: int,
+          device: torch.device, checkpoint: Path, fingerprint: str, log: Callable[[str], None] = print,
+          ranks: Ranks = Ranks(), snapshots: tuple[float, ...] = (), snapshot: Snapshot | None = None,
+          equal_flops: bool = False) -> dict:
+    """Pretrain ``model`` on ``data`` for ``cfg.token_budget`` tokens (or, with ``equal_flops``, for
+    the model FLOPs an MLM spends on them: :func:`equal_flops_steps`); resume from ``checkpoint``.
 
     Each optimizer step consumes one global batch of ``cfg.batch_size`` examples, split over
     ``ranks.world`` DDP processes and ``cfg.accumulation_steps`` micro-batches
     (:func:`micro_batches`). Each micro-batch's mean losses are weighted by its share of the
-    global batch's predicted tokens (MLM) and sequences (NSP/SOP), so the summed gradient is
+    global batch's predicted tokens (MLM), tokens (RTD) and sequences (NSP/SOP), so the summed gradient is
     the global batch's mean-loss gradient: the loss curve does not depend on the number of
     processes or accumulation steps, up to float rounding (tests/test_distributed.py). With one
     process and one micro-batch the step is the plain one, unweighted.
@@ -73,39 +96,48 @@ def train(model: PretrainingModel, data: PretrainingExamples, cfg: Pretrain, *, 
         fingerprint: identifies the run (params and data).
         log: receives progress lines and warnings (called on rank 0 only).
         ranks: this process among the DDP processes (:func:`tasks.training.distributed.process_group`).
+        snapshots: fractions of the budget at whose step (rounded, at least 1) ``snapshot`` is
+            called; a resumed run calls it only for the steps still ahead.
     Returns:
-        Summary: steps, tokens, final loss, wall time, throughput, peak memory, and
-        the log rows (``LOG_FIELDS``), the same on every rank.
+        Summary: steps, tokens, final loss, wall time, throughput, peak memory, model FLOPs
+        (``model.flops``: None for a model without it), and the log rows (``LOG_FIELDS``), the same on
+        every rank.
     Raises:
         ParamsError: the global batch does not split over processes and accumulation steps.
     """
     with exclusive(checkpoint) if ranks.is_main else nullcontext():
-        return _train(model, data, cfg, seed, device, checkpoint, fingerprint, log, ranks)
+        return _train(model, data, cfg, seed, device, checkpoint, fingerprint, log, ranks, snapshots, snapshot,
+                      equal_flops)
 
 
-def _train(model: PretrainingModel, data: PretrainingExamples, cfg: Pretrain, seed: int, device: torch.device,
-           checkpoint: Path, fingerprint: str, log: Callable[[str], None], ranks: Ranks) -> dict:
+def _train(model: PretrainingModel | ElectraPretrainingModel, data: PretrainingExamples, cfg: Pretrain, seed: int,
+           device: torch.device, checkpoint: Path, fingerprint: str, log: Callable[[str], None], ranks: Ranks,
+           snapshots: tuple[float, ...], snapshot: Snapshot | None, equal_flops: bool) -> dict:
     log = log if ranks.is_main else (lambda _: None)
+    schedule = BatchSchedule(data.lengths, cfg.batch_size, seed)
     total = total_steps_for(cfg.token_budget, cfg.batch_size, float(data.lengths.mean()))
+    if equal_flops:
+        total = equal_flops_steps(model, data, schedule, total)
     model.to(device).train()
     opt = optimizer_for(model, cfg.learning_rate, cfg.weight_decay, fused=cfg.fused_adamw)
-    step, tokens, rows, elapsed_before = 0, 0, [], 0.0
+    step, tokens, rows, elapsed_before, flops = 0, 0, [], 0.0, 0.0
+    count_flops = getattr(model, "flops", None)
+    at_step = {max(1, round(f * total)): f for f in snapshots}
     state = load_checkpoint(checkpoint, fingerprint, log)
     if state is not None:
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["optimizer"])  # moves the state to the parameters' device
         _set_rng_states(state, ranks, device)
         step, tokens, rows, elapsed_before = state["step"], state["tokens"], state["rows"], state["elapsed"]
-        windows = state.get("window") or []
+        windows, flops = state.get("window") or [], state.get("flops", 0.0)
         log(f"resuming from {checkpoint} at step {step}/{total}")
     else:
         torch.manual_seed(seed + ranks.rank)  # rank 0 draws as a single process does
         windows = []
-    # PerLM predicts with its position head: the MLM head's transform gets no gradient.
-    net = wrap(model, ranks, device, find_unused_parameters=model.position_head is not None)
+    # PerLM predicting positions only: the MLM head's transform gets no gradient.
+    net = wrap(model, ranks, device, find_unused_parameters=model.unused_parameters)
     accumulate = ranks.world > 1 or cfg.accumulation_steps > 1
 
-    schedule = BatchSchedule(data.lengths, cfg.batch_size, seed)
     t0 = time.perf_counter()
     window = _Window(t0, ranks)
     if ranks.rank < len(windows):  # the steps since the last log row before the run was stopped
@@ -116,10 +148,14 @@ def _train(model: PretrainingModel, data: PretrainingExamples, cfg: Pretrain, se
             group["lr"] = lr
         index = schedule(step)
         micro = micro_batches(data, index, step, ranks, cfg.accumulation_steps)
+        predicted = float(sum(model.predictions(b) for b in micro))
+        chosen = float(sum(len(b["labels"]) for b in micro))  # the chosen positions (FLOPs count the rest)
         if accumulate:  # shares of the global batch; DDP averages gradients over ranks, hence x world
-            predicted = ranks.all_sum([float(sum(len(b["labels"]) for b in micro))])[0]
+            predicted, chosen = ranks.all_sum([predicted, chosen])
             for b in micro:
-                b["token_weight"] = torch.tensor(ranks.world * len(b["labels"]) / predicted)
+                b["token_weight"] = torch.tensor(ranks.world * model.predictions(b) / predicted)
+                b["position_weight"] = torch.tensor(ranks.world * float(b["attention_mask"].sum())
+                                                    / float(data.lengths[index].sum()))
                 b["sentence_weight"] = torch.tensor(ranks.world * len(b["input_ids"]) / len(index))
         for m, batch in enumerate(micro):
             batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
@@ -128,7 +164,7 @@ def _train(model: PretrainingModel, data: PretrainingExamples, cfg: Pretrain, se
                 loss, parts = net(batch)
             loss.backward()
             weight = 1.0 / ranks.world if accumulate else 1.0  # this micro-batch's part of the step's loss
-            window.add(loss.detach() * weight, parts, int(batch["attention_mask"].sum()), len(batch["labels"]),
+            window.add(loss.detach() * weight, parts, int(batch["attention_mask"].sum()), model.predictions(batch),
                        len(batch["input_ids"]), sentence_weight=weight)
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
         opt.step()
@@ -136,9 +172,15 @@ def _train(model: PretrainingModel, data: PretrainingExamples, cfg: Pretrain, se
         window.steps += 1
         step += 1
         tokens += int(data.lengths[index].sum())
+        if count_flops is not None:
+            flops += count_flops(data.lengths[index], int(chosen))
+        if step in at_step and snapshot is not None and ranks.is_main:
+            snapshot(at_step[step], {"step": step, "tokens": tokens, "flops": flops if count_flops else None,
+                                     "seconds": round(elapsed_before + time.perf_counter() - t0, 2)})
         if step % cfg.log_every == 0 or step == total:
             rows.append({"step": step, "tokens": tokens, "learning_rate": lr,
-                         **window.flush(elapsed_before + time.perf_counter() - t0)})
+                         **window.flush(elapsed_before + time.perf_counter() - t0),
+                         "flops": flops if count_flops else None})
             log(f"step {step}/{total} loss {rows[-1]['loss']:.4f} acc {rows[-1]['token_accuracy']:.3f} "
                 f"{rows[-1]['tokens_per_sec']:.0f} tokens/s")
         if step % cfg.checkpoint_every == 0 and step < total:
@@ -148,13 +190,16 @@ def _train(model: PretrainingModel, data: PretrainingExamples, cfg: Pretrain, se
             if ranks.is_main:
                 save_checkpoint(checkpoint, {
                     "fingerprint": fingerprint, "model": model.state_dict(), "optimizer": opt.state_dict(),
-                    "step": step, "tokens": tokens, "rows": rows, "window": windows,
+                    "step": step, "tokens": tokens, "rows": rows, "window": windows, "flops": flops,
                     "elapsed": elapsed_before + time.perf_counter() - t0, **rng})
     wall = elapsed_before + time.perf_counter() - t0
     last = rows[-1] if rows else {}
     return {"steps": total, "tokens": tokens, "final_loss": last.get("loss"),
             "final_token_accuracy": last.get("token_accuracy"),
-            "final_sentence_accuracy": last.get("sentence_accuracy"), "wall_sec": round(wall, 2),
+            "final_sentence_accuracy": last.get("sentence_accuracy"),
+            **({"final_rtd_accuracy": last.get("rtd_accuracy")} if last.get("rtd_accuracy") is not None else {}),
+            "wall_sec": round(wall, 2),
+            **({"flops": flops} if count_flops else {}),
             "tokens_per_sec": round(tokens / wall, 1) if wall else None,
             "peak_memory_mb": round(peak_memory_mb(device), 1), "rows": rows}
 
@@ -184,43 +229,47 @@ def _set_rng_states(state: dict, ranks: Ranks, device: torch.device) -> None:
 class _Window:
     """Sums of the steps since the last log row (this rank's; summed over ranks when flushed)."""
 
+    KEYS = ("loss", "token_correct", "sentence_loss", "sentence_correct", "rtd_loss", "rtd_correct")
+
     def __init__(self, start: float, ranks: Ranks = Ranks()):
         self.start, self.ranks = start, ranks
         self.steps = self.tokens = self.predicted = self.sequences = 0
-        self.has_sentence = False
-        self.sums = {"loss": 0.0, "token_correct": 0, "sentence_loss": 0.0, "sentence_correct": 0}
+        self.has_sentence = self.has_rtd = False
+        self.sums = dict.fromkeys(self.KEYS, 0.0)
 
     def state(self) -> dict:
         """The sums and counts (plain values), for a checkpoint taken between two log rows."""
         return {"steps": self.steps, "tokens": self.tokens, "predicted": self.predicted, "sequences": self.sequences,
-                "has_sentence": self.has_sentence, "sums": dict(self.sums)}
+                "has_sentence": self.has_sentence, "has_rtd": self.has_rtd, "sums": dict(self.sums)}
 
     def load(self, state: dict) -> None:
         """Continue the window a checkpoint saved (:meth:`state`)."""
         self.steps, self.tokens, self.predicted, self.sequences = (state[k] for k in
                                                                     ("steps", "tokens", "predicted", "sequences"))
-        self.has_sentence, self.sums = state["has_sentence"], dict(state["sums"])
+        self.has_sentence, self.has_rtd = state["has_sentence"], state.get("has_rtd", False)
+        self.sums = {**dict.fromkeys(self.KEYS, 0.0), **state["sums"]}
 
     def add(self, loss, parts, tokens: int, predicted: int, sequences: int, sentence_weight: float = 1.0) -> None:
         """One micro-batch: its weighted loss, its parts and counts (``steps`` is counted by the caller)."""
         self.tokens, self.predicted, self.sequences = self.tokens + tokens, self.predicted + predicted, \
             self.sequences + sequences
         self.sums["loss"] += loss.item()
-        self.has_sentence = "sentence_loss" in parts
-        for k in ("token_correct", "sentence_loss", "sentence_correct"):
-            if k in parts:
-                self.sums[k] += parts[k].item() * (sentence_weight if k == "sentence_loss" else 1)
+        self.has_sentence, self.has_rtd = "sentence_loss" in parts, "rtd_loss" in parts
+        for k in self.KEYS[1:]:
+            if k in parts:  # the sentence loss is weighted as a micro-batch of the step; RTD's is each one's mean
+                self.sums[k] += parts[k].item() * (sentence_weight if k in ("sentence_loss", "rtd_loss") else 1)
 
     def flush(self, elapsed: float) -> dict:
         now = time.perf_counter()
-        has_sentence = self.has_sentence
-        keys = ("loss", "token_correct", "sentence_loss", "sentence_correct")
+        has_sentence, has_rtd, keys = self.has_sentence, self.has_rtd, self.KEYS
         totals = self.ranks.all_sum([self.sums[k] for k in keys] + [self.tokens, self.predicted, self.sequences])
-        sums, (tokens, predicted, sequences) = dict(zip(keys, totals[:4])), totals[4:]
+        sums, (tokens, predicted, sequences) = dict(zip(keys, totals[:len(keys)])), totals[len(keys):]
         row = {"loss": round(sums["loss"] / self.steps, 5),
                "token_accuracy": round(sums["token_correct"] / max(predicted, 1), 5),
                "sentence_loss": round(sums["sentence_loss"] / self.steps, 5) if has_sentence else None,
                "sentence_accuracy": round(sums["sentence_correct"] / sequences, 5) if has_sentence else None,
+               "rtd_loss": round(sums["rtd_loss"] / self.steps, 5) if has_rtd else None,
+               "rtd_accuracy": round(sums["rtd_correct"] / max(tokens, 1), 5) if has_rtd else None,
                "tokens_per_sec": round(tokens / (now - self.start), 1), "elapsed_sec": round(elapsed, 2)}
         self.__init__(now, self.ranks)
         return row

@@ -93,8 +93,9 @@ def _mask_shard(args) -> dict:
     """Mask one shard's rows, write its file; returns its stats (runs in a worker process)."""
     source, sl, path, config, rng_key, mask_token_id, random_ids, similar, with_pairs = args
     rows = source.rows(sl)
+    sentences = np.cumsum(rows.piece_start, axis=1) if config.granularity == "sentence" else None
     batch = mask_batch(rows.input_ids, rows.word_ids, config, shard_rng(*rng_key), mask_token_id=mask_token_id,
-                       random_token_ids=random_ids, lex_ids=rows.lex_ids, similar=similar)
+                       random_token_ids=random_ids, lex_ids=rows.lex_ids, similar=similar, sentence_ids=sentences)
     write_arrow(path, _shard_table(rows, batch, with_pairs=with_pairs))
     return {"sequences": len(rows), "tokens": int(rows.lengths.sum()),
             "maskable_tokens": int((rows.word_ids >= 0).sum()), **batch.counts}

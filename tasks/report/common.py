@@ -14,7 +14,6 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from tasks.core.metrics.base import Metrics, read_metrics  # noqa: E402
-from tasks.core.metrics.downstream import SeedSummary  # noqa: E402
 from tasks.report.templating import ENV  # noqa: E402
 
 M = TypeVar("M", bound=Metrics)
@@ -31,30 +30,11 @@ def fmt(value, digits: int = 2, percent: bool = False) -> str:
     return f"{value:,.{digits}f}"
 
 
-def max_avg(summary: SeedSummary, digits: int = 1) -> str:
-    """HFL-style cell: ``max (mean ± std)`` of a per-seed summary, in percent."""
-    return (f"{fmt(summary.max, digits, True)} ({fmt(summary.mean, digits, True)}"
-            f" ± {fmt(summary.std, digits, True)})")
-
-
 def table(header: list[str], rows: list[list[str]]) -> str:
     """A Markdown table: the only place the report builds one."""
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
     return "\n".join(lines)
-
-
-def seed_spread(*summaries: SeedSummary) -> float:
-    """The seed spread of per-seed summaries (``max``/``min`` of a score over seeds): the
-    largest max - min among them, in the score's unit."""
-    return max(s.max - s.min for s in summaries)
-
-
-def spread_verdict(gap: float, spread: float) -> str:
-    """Whether a difference of means ``gap`` is beyond the seed ``spread`` (same unit)."""
-    if gap > spread:
-        return "better, beyond seed spread"
-    return "worse, beyond seed spread" if gap < -spread else "within seed spread"
 
 
 ENV.filters["fmt"] = fmt  # templates format numbers as table cells do: {{ x | fmt(1, true) }}

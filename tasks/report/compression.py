@@ -1,6 +1,6 @@
 """Report section "Compression": per task, the teacher, the distilled students and the pruned
 models side by side (score, size, CPU speed), a score-against-size plot with its Pareto
-front, and each finding judged against the seed spread."""
+front, and each finding with its 95% interval over the fine-tuning seeds."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ import matplotlib.pyplot as plt
 
 from tasks.core.metrics.compression import DistillMetrics, PruneMetrics, Variant
 from tasks.core.metrics.downstream import SeedSummary
-from tasks.report.common import fmt, load_metrics, save_figure, seed_spread, spread_verdict, table
+from tasks.report.common import fmt, load_metrics, save_figure, table
 from tasks.report.finetune import fraction
+from tasks.report.statistics import from_runs
 from tasks.report.templating import render_blocks
 
 RETAINED = 0.9  # the pruning target to reproduce: half the heads and FFN keep >= 90% of the score
@@ -82,18 +83,19 @@ def _plot(per_task: dict[str, list[dict]], path: Path) -> Path:
 
 
 def _findings(task: str, distilled: list[DistillMetrics], pruned: list[PruneMetrics]) -> list[str]:
-    """Sentences comparing the variants' test means against the seed spread (largest max − min)."""
+    """Sentences comparing the variants' test scores: the students' over their fine-tuning seeds,
+    paired with the labels-only student of the same seed (:func:`tasks.report.statistics.from_runs`)."""
     lines = []
     for m in distilled:
         v = {x.name: x for x in m.variants}
         h, f = m.headline, m.family
-        base = _summary(f, v["labels"].test[h])
+        base = [100 * fraction(f, r.test[h]) for r in v["labels"].runs]
         for name in ("kd", "kd_intermediate", "multi_teacher"):
-            if name in v:
-                s = _summary(f, v[name].test[h])
-                gap, spread = s.mean - base.mean, seed_spread(s, base)
-                lines.append(f"{task}, student {m.student}: {name} vs labels only {100 * gap:+.2f} points "
-                             f"(seed spread {100 * spread:.2f}): {spread_verdict(gap, spread)}.")
+            if name in v and len(base) > 1:
+                c = from_runs([100 * fraction(f, r.test[h]) for r in v[name].runs], base, paired=True)
+                lines.append(f"{task}, student {m.student}: {name} vs labels only {c.difference:+.2f} points "
+                             f"[95% CI {c.low:+.2f}, {c.high:+.2f}, over {len(base)} fine-tuning seeds; "
+                             f"MDE {c.mde:.2f}]: {c.verdict}.")
         if "multi_teacher" in v:
             s, e = _summary(f, v["multi_teacher"].test[h]), _summary(f, v["teacher_ensemble"].test[h])
             lines.append(f"{task}, student {m.student}: multi-teacher student {fmt(s.mean, 1, True)} vs the "

@@ -8,6 +8,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from tasks.core.io import read_json, read_jsonl
+from tasks.core.paths import procedure_of
 from tasks.report.common import table
 from tasks.report.templating import render_blocks
 
@@ -44,7 +45,7 @@ def errors_section(results: dict, models: list[str], tasks: list[str], predictio
     """The section's Markdown: for each task, the first ``per_task`` wrong predictions."""
     found = []
     for t in tasks:
-        model = next((m for m in models if m != "random" and (m, t) in results), None)
+        model = next((m for m in models if procedure_of(m)[0] != "random" and (m, t) in results), None)
         if model is None:
             continue
         r = results[model, t]

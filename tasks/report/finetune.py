@@ -1,5 +1,4 @@
-"""Fine-tuning results on one scale, and report section "Fine-tuning": what pretraining
-buys over the random-init baseline, judged against the seed spread."""
+"""Fine-tuning results on one scale, and report section "Fine-tuning": every run's dev score."""
 
 from __future__ import annotations
 
@@ -9,7 +8,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from tasks.core.metrics.downstream import FinetuneMetrics, Scores, SeedSummary
-from tasks.report.common import load_metrics, save_bars, seed_spread, spread_verdict, table
+from tasks.report.common import load_metrics, save_bars
 from tasks.report.templating import render_blocks
 
 
@@ -65,23 +64,12 @@ def plot_grouped(values: dict[str, dict[str, list[float]]], models: list[str], y
 
 
 def finetune_section(results: dict, models: list[str], tasks: list[str], figures: Path) -> str:
-    """The section's Markdown (empty without results); writes ``finetune_dev.png`` into ``figures``."""
+    """The section's Markdown (empty without results); writes ``finetune_dev.png`` into ``figures``
+    (what pretraining buys over random init, with its interval, is in the Findings)."""
     if not results:
         return ""
-    rows = []
-    for t in tasks:
-        base = results.get(("random", t))
-        for m in models:
-            r = results.get((m, t))
-            if not r or not base or m == "random":
-                continue
-            h = r.headline
-            gap = r.dev[h].mean - base.dev[h].mean
-            spread = seed_spread(r.dev[h], base.dev[h])
-            rows.append([t, m, f"{100 * gap:+.2f}", f"{100 * spread:.2f}", spread_verdict(gap, spread)])
     values = {}
     for (m, t), r in results.items():
         values.setdefault(t, {})[m] = [run.dev[r.headline] for run in r.runs]
     plot_grouped(values, models, "dev headline metric", figures / "finetune_dev.png")
-    verdicts = table(["task", "model", "Δ vs random", "seed spread", "verdict"], rows) if rows else None
-    return render_blocks("finetune.md.j2", verdicts=verdicts)
+    return render_blocks("finetune.md.j2")

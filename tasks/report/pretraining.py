@@ -9,6 +9,7 @@ import matplotlib.pyplot as plt
 
 from tasks.core.metrics.pretraining import PretrainingDataMetrics, PretrainMetrics
 from tasks.core.params import Objective
+from tasks.core.paths import seeded
 from tasks.report.common import fmt, load_metrics, read_csv, save_figure, table
 from tasks.report.templating import render_blocks
 
@@ -17,12 +18,24 @@ SHARES = ("mask", "similar", "permute", "random", "keep")
 
 
 def describe_objective(spec: Objective) -> str:
-    """``wwm; mask 80 / random 10 / keep 10; + SOP; dynamic`` for an objective's params."""
+    """``wwm; mask 80 / random 10 / keep 10; + SOP; dynamic`` for an objective's params, with
+    SpanBERT's SBO, ELECTRA's RTD, PERT's non-default permutation options and an equal-FLOPs budget."""
     shares = [(k, getattr(spec.replacement, k)) for k in SHARES]
     parts = [spec.masking, " / ".join(f"{k} {100 * v:g}" for k, v in shares if v)]
+    if spec.replacement.permute:
+        p = spec.permutation
+        options = [f"within {p.granularity}" if p.granularity != "none" else "",
+                   f"{p.space} space" if p.space != "local" else "", "full targets" if p.targets == "full" else ""]
+        parts += [o for o in options if o]
+    if spec.sbo:
+        parts.append("+ SBO")
+    if spec.rtd:
+        parts.append(f"+ RTD (generator {spec.rtd.generator_size:g}, λ {spec.rtd.weight:g})")
     if spec.sentence_task:
         parts.append(f"+ {spec.sentence_task.upper()}")
     parts.append("dynamic" if spec.dynamic else "static")
+    if spec.budget == "mlm_flops":
+        parts.append("MLM's FLOPs")
     return "; ".join(parts)
 
 
@@ -39,23 +52,31 @@ def plot_curves(curves: dict[str, list[dict]], y: str, ylabel: str, path: Path) 
     return save_figure(fig, path)
 
 
-def pretraining_section(metrics: Path, objectives: list[str], specs: dict[str, Objective], figures: Path) -> str:
-    """The section's Markdown; writes ``pretrain_loss.png`` into ``figures`` when any loss log exists."""
+def pretraining_section(metrics: Path, objectives: list[str], seeds: list[int], specs: dict[str, Objective],
+                        figures: Path) -> str:
+    """The section's Markdown, a row per pretrained model (objective x pretraining seed); writes
+    ``pretrain_loss.png`` into ``figures`` when any loss log exists (the first seed's)."""
     rows, curves = [], {}
-    for name in objectives:
-        data = load_metrics(metrics / "pretraining_data" / f"{name}.json", PretrainingDataMetrics)
-        run = load_metrics(metrics / "pretrain" / f"{name}.json", PretrainMetrics)
-        log = metrics / "pretrain" / f"{name}.csv"
-        if log.is_file():
-            curves[name] = read_csv(log)
-        if data and run:
-            chosen = "-" if data.dynamic else fmt(data.chosen_rate, 2, True)
-            rows.append([name, describe_objective(specs[name]), fmt(data.sequences), fmt(data.fill_rate, 1, True), chosen,
-                         fmt(data.similar_fallback_rate, 1, True), fmt(run.tokens), fmt(run.final_loss, 3),
-                         fmt(run.final_token_accuracy, 1, True), fmt(run.final_sentence_accuracy, 1, True),
-                         fmt(run.wall_sec / 60, 1), fmt(run.tokens_per_sec, 0), fmt(run.peak_memory_mb, 0)])
-    runs = table(["objective", "definition", "sequences", "fill %", "chosen %", "Mac fallback %", "tokens", "final loss",
-                  "token acc %", "sentence acc %", "minutes", "tokens/s", "peak MiB"], rows) if rows else None
+    for objective in objectives:
+        for seed in seeds:
+            name = seeded(objective, seed)
+            data = load_metrics(metrics / "pretraining_data" / f"{name}.json", PretrainingDataMetrics)
+            run = load_metrics(metrics / "pretrain" / f"{name}.json", PretrainMetrics)
+            log = metrics / "pretrain" / f"{name}.csv"
+            if log.is_file() and seed == seeds[0]:
+                curves[objective] = read_csv(log)
+            if data and run:
+                chosen = "-" if data.dynamic else fmt(data.chosen_rate, 2, True)
+                rows.append([name, describe_objective(specs[objective]), fmt(data.sequences),
+                             fmt(data.fill_rate, 1, True), chosen, fmt(data.similar_fallback_rate, 1, True),
+                             fmt(run.tokens), fmt(run.flops / 1e12 if run.flops else None, 1), fmt(run.final_loss, 3),
+                             fmt(run.final_token_accuracy, 1, True),
+                             fmt(run.final_sentence_accuracy if run.final_rtd_accuracy is None
+                                 else run.final_rtd_accuracy, 1, True),
+                             fmt(run.wall_sec / 60, 1), fmt(run.tokens_per_sec, 0), fmt(run.peak_memory_mb, 0)])
+    runs = table(["model", "definition", "sequences", "fill %", "chosen %", "Mac fallback %", "tokens", "TFLOPs",
+                  "final loss", "token acc %", "sentence / RTD acc %", "minutes", "tokens/s", "peak MiB"],
+                 rows) if rows else None
     if curves:
         plot_curves(curves, "loss", "training loss", figures / "pretrain_loss.png")
     return render_blocks("pretraining.md.j2", runs=runs, curves=bool(curves))

@@ -11,8 +11,9 @@ import yaml
 from tasks.core.errors import MetricsError
 from tasks.core.metrics.base import parse_metrics
 from tasks.core.metrics.downstream import FinetuneMetrics
-from tasks.report.common import fmt, seed_spread, spread_verdict, table
+from tasks.report.common import fmt, table
 from tasks.report.finetune import as_fractions
+from tasks.report.statistics import from_runs
 
 
 def _git(*args: str) -> str:
@@ -54,14 +55,13 @@ def previous_metrics(path: Path, rev: str = "HEAD") -> FinetuneMetrics | None:
 
 
 def changes_section(results: dict[tuple[str, str], FinetuneMetrics]) -> str:
-    """Headline scores of this run vs the committed metrics at HEAD, judged against the
-    seed spread (the larger max - min over seeds of the two), as a table; empty when
-    nothing is committed to compare with.
+    """Headline scores of this run vs the committed metrics at HEAD, each difference with its 95%
+    interval over the fine-tuning seeds (Welch: the runs of the two commits are independent), as a
+    table; empty when nothing is committed to compare with.
 
-    On the machine that produced the committed metrics, a rerun of unchanged code gives
-    the same numbers ("identical"); on another machine training is not bitwise
-    reproducible (BLAS kernels, CPU/GPU), so a score there is expected to differ by no more
-    than the seed spread.
+    On the machine that produced the committed metrics, a rerun of unchanged code gives the same
+    numbers ("identical"); on another machine training is not bitwise reproducible (BLAS kernels,
+    CPU/GPU), so a score there should differ within noise.
     """
     rows = []
     for (m, t), now in sorted(results.items()):
@@ -72,8 +72,13 @@ def changes_section(results: dict[tuple[str, str], FinetuneMetrics]) -> str:
             if not before or h not in before.summary(split) or h not in now.summary(split):
                 continue
             a, b = now.summary(split)[h], before.summary(split)[h]
-            gap, spread = a.mean - b.mean, seed_spread(a, b)
-            verdict = "identical" if a == b else spread_verdict(gap, spread)
-            rows.append([f"{m} / {t} {split} {h} (mean)", fmt(b.mean, 2, True), fmt(a.mean, 2, True),
-                         f"{100 * gap:+.2f}", f"{100 * spread:.2f}", verdict])
-    return table(["metric", "HEAD", "this run", "change", "seed spread", "verdict"], rows) if rows else ""
+            runs_a = [100 * getattr(r, split)[h] for r in now.runs]
+            runs_b = [100 * getattr(r, split)[h] for r in before.runs]
+            if a == b or min(len(runs_a), len(runs_b)) < 2:
+                change, verdict = f"{100 * (a.mean - b.mean):+.2f}", "identical" if a == b else "one run: no interval"
+            else:
+                c = from_runs(runs_a, runs_b, paired=False)
+                change = f"{c.difference:+.2f} [{c.low:+.2f}, {c.high:+.2f}]"
+                verdict = {"better": "higher", "worse": "lower"}.get(c.verdict, c.verdict)
+            rows.append([f"{m} / {t} {split} {h} (mean)", fmt(b.mean, 2, True), fmt(a.mean, 2, True), change, verdict])
+    return table(["metric", "HEAD", "this run", "change, points [95% CI]", "verdict"], rows) if rows else ""

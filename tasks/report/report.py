@@ -16,10 +16,11 @@ from pathlib import Path
 from tasks.core import paths
 from tasks.core.params import PARAMS_FILE, Params
 from tasks.core.stage import stage_task
-from tasks.report.comparison import comparison_section
+from tasks.report.curves import curves_section
 from tasks.report.compression import compression_section
 from tasks.report.corpus import corpus_section
 from tasks.report.errors import errors_section
+from tasks.report.findings import comparison_section, findings_section, load_outcomes
 from tasks.report.finetune import finetune_results, finetune_section
 from tasks.report.interpretability import interpretability_section
 from tasks.report.multilingual import multilingual_section
@@ -48,14 +49,17 @@ def build_report(params: Params, figures: Path, report_dir: Path = paths.REPORTS
     ``figures/...``). ``report_dir``: where the Markdown will live (links to pages are
     relative to it)."""
     figures.mkdir(parents=True, exist_ok=True)
-    metrics, objectives, models, tasks = inputs.metrics, params.compare, params.finetune_models, params.finetune.tasks
+    metrics, models, tasks = inputs.metrics, params.finetune_models, params.finetune.tasks
     results = finetune_results(metrics, models, tasks)
+    outcomes = load_outcomes(params, metrics, inputs.predictions, inputs.data)
     prov = provenance()
     return render(
         "report.md.j2", title=TITLE, prov=prov,
+        findings=findings_section(params, outcomes, metrics),
         corpus=corpus_section(metrics, tasks),
-        pretraining=pretraining_section(metrics, objectives, params.objectives, figures),
-        comparison=comparison_section(results, objectives, [m for m in models if m not in objectives], tasks),
+        pretraining=pretraining_section(metrics, params.compare, params.pretrain.seeds, params.objectives, figures),
+        curves=curves_section(params, metrics, figures),
+        comparison=comparison_section(params, outcomes),
         finetune=finetune_section(results, models, tasks, figures),
         errors=errors_section(results, models, tasks, inputs.predictions, inputs.data),
         multilingual=multilingual_section(metrics, list(params.multilingual.mixtures), figures),
@@ -63,6 +67,6 @@ def build_report(params: Params, figures: Path, report_dir: Path = paths.REPORTS
         compression=compression_section(metrics, params.compression.tasks, list(params.compression.students),
                                         params.compression.prune.models, figures),
         changes=changes_section(results),
-        runtime=runtime_section(metrics, objectives, results),
+        runtime=runtime_section(metrics, params.pretrained_models, results),
         params_text=inputs.params_file.read_text(encoding="utf-8").strip(),
         data_versions=data_versions(prov))

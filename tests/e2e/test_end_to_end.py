@@ -16,45 +16,71 @@ from tests.e2e.repo import lock_outs, params_problems, ran_stages, reproduced, r
 pytestmark = pytest.mark.slow
 
 TASKS = ["sentiment", "lcqmc", "msra_mrc", "msra_ner"]
-MODELS = ["mlm", "wwm", "random"]
+SECOND = "electra"  # compared with mlm here, so that every stage downstream of pretraining sees an ELECTRA model
+# (whole word masking, the default's second objective, runs through DVC in test_objectives.py)
+MODELS = ["mlm-42", f"{SECOND}-42", "random-42"]
 MIXTURES = ["natural", "resampled"]
 DATA_STAGES = ["acquire", *(f"downstream@{t}" for t in TASKS), "ingest", "segment", "tokenize", "similar_words",
-               "pretraining_data@mlm", "pretraining_data@wwm", "multilingual", "vocab_extension",
+               "pretraining_data@mlm-42", f"pretraining_data@{SECOND}-42", "multilingual", "vocab_extension",
                *(f"resample@{m}" for m in MIXTURES)]
 MULTILINGUAL_STAGES = {*(f"continue_pretrain@{m}" for m in MIXTURES), "prune_vocab"}
-FINETUNE_STAGES = {f"{'finetune_baseline' if m == 'random' else 'finetune'}@{m}-{t}" for m in MODELS for t in TASKS}
+FINETUNE_STAGES = {*(f"finetune@{o}-42-{t}" for o in ("mlm", SECOND) for t in TASKS),
+                   *(f"finetune_random@42-{t}" for t in TASKS),
+                   *(f"finetune_snapshot@{o}-42-{f}-sentiment" for o in ("mlm", SECOND) for f in (0.125, 0.25, 0.5))}
+CURVES_STAGES = {"curves@mlm-42", f"curves@{SECOND}-42"}
 ANALYSIS_STAGES = {f"{analysis}@{m}" for analysis in ("ablation", "probe") for m in MODELS} | \
-    {f"scalar_mix@{m}-{t}" for m in MODELS for t in ("sentiment", "msra_ner")} | {"attributions@wwm"}
+    {f"scalar_mix@{m}-{t}" for m in MODELS for t in ("sentiment", "msra_ner")} | {f"attributions@{SECOND}-42"}
 COMPRESSED = ["sentiment", "msra_ner", "msra_mrc"]  # compression.tasks
-COMPRESSION_STAGES = {*(f"distill@l1-{t}" for t in COMPRESSED), *(f"prune@wwm-{t}" for t in COMPRESSED)}
+COMPRESSION_STAGES = {*(f"distill@l1-{t}" for t in COMPRESSED), *(f"prune@{SECOND}-42-{t}" for t in COMPRESSED)}
 
 
 @pytest.fixture(scope="module")
 def repo(tmp_path_factory, prefect_server):
-    """The repository after ``dvc repro`` of the default DAG on the shrunk params."""
+    """The repository after ``dvc repro`` of the default DAG on the shrunk params, ELECTRA in place of WWM."""
     repo = tmp_path_factory.mktemp("repo")
-    with reproduced(repo, small_params(), prefect_server) as (env, out):
+    params = yaml.safe_load(yaml.safe_dump(small_params()).replace("wwm-42", f"{SECOND}-42"))
+    params["compare"] = ["mlm", SECOND]
+    with reproduced(repo, params, prefect_server) as (env, out):
         yield repo, env, out
 
 
 def test_every_stage_runs_and_produces_its_outputs(repo):
     repo, _, out = repo
     assert ran_stages(out) == set(DATA_STAGES) | FINETUNE_STAGES | MULTILINGUAL_STAGES | ANALYSIS_STAGES | \
-        COMPRESSION_STAGES | {"pretrain@mlm", "pretrain@wwm", "init_random", "report"}
+        COMPRESSION_STAGES | CURVES_STAGES | {"pretrain@mlm-42", f"pretrain@{SECOND}-42", "init_random@42", "report"}
     for model in MODELS:
         assert (repo / "models" / model / "model.safetensors").is_file()
         assert (repo / "models" / model / "tokenizer.json").is_file()
     headline = {"sentiment": "accuracy", "lcqmc": "accuracy", "msra_mrc": "f1", "msra_ner": "f1"}
     for task, metric in headline.items():
-        metrics = json.loads((repo / "metrics" / "finetune" / f"random-{task}.json").read_text())
+        metrics = json.loads((repo / "metrics" / "finetune" / f"random-42-{task}.json").read_text())
         assert metrics["dev"][metric]["n"] == 2 and 0 <= metrics["dev"][metric]["mean"] <= 100
-    log = (repo / "metrics" / "pretrain" / "wwm.csv").read_text().splitlines()
+    curve = json.loads((repo / "metrics" / "curves" / "mlm-42.json").read_text())
+    assert [p["fraction"] for p in curve["points"]] == [0.125, 0.25, 0.5, 1.0]
+    assert all(p["loss"] > 0 for p in curve["points"]) and (repo / "models" / "mlm-42" / "snapshots" / "0.125").is_dir()
+    pretrained = json.loads((repo / "metrics" / "pretrain" / "mlm-42.json").read_text())
+    assert [s["fraction"] for s in pretrained["snapshots"]] == [0.125, 0.25, 0.5] and pretrained["flops"] > 0
+    log = (repo / "metrics" / "pretrain" / f"{SECOND}-42.csv").read_text().splitlines()
     assert log[0].startswith("step,tokens,loss") and len(log) > 2
+    # ELECTRA: the discriminator loads with AutoModel, the generator beside it; equal FLOPs to mlm within a step
+    from transformers import AutoConfig
+
+    assert AutoConfig.from_pretrained(repo / "models" / "electra-42").model_type == "electra"
+    assert (repo / "models" / "electra-42" / "generator" / "model.safetensors").is_file()
+    electra = json.loads((repo / "metrics" / "pretrain" / "electra-42.json").read_text())
+    assert electra["token_target"] == "replaced" and electra["budget"] == "mlm_flops"
+    assert 0 <= electra["final_rtd_accuracy"] <= 1
+    assert abs(electra["flops"] - pretrained["flops"]) < electra["flops"] / electra["steps"]
+    curve = json.loads((repo / "metrics" / "curves" / "electra-42.json").read_text())
+    assert curve["measure"] == "rtd" and all(p["loss"] is None and p["rtd_loss"] > 0 for p in curve["points"])
     html = (repo / "reports" / "report.html").read_text()
     assert "data:image/png;base64," in html and "http://" not in html and "https://" not in html
     md = (repo / "reports" / "report.md").read_text()
-    for heading in ("Corpus", "Pretraining", "Fine-tuning", "Multilingual", "Interpretability", "Compression",
-                    "Run times", "Parameters", "Data versions"):
+    assert "| pretraining beats random init | BERT (Devlin et al. 2019) | sentiment |" in md
+    assert "| replaced-token detection beats MLM at equal compute | ELECTRA (Clark et al. 2020, §3.3) | sentiment |" \
+        in md
+    for heading in ("Findings", "Corpus", "Pretraining", "Score for compute", "Objective comparison", "Fine-tuning",
+                    "Multilingual", "Interpretability", "Compression", "Run times", "Parameters", "Data versions"):
         assert f"## {heading}" in md
     manifest = json.loads((repo / "corpora" / "manifest.json").read_text())
     assert {e["source"] for e in manifest["files"]} == {"peoples_daily", "sentiment", "lcqmc", "msra_ner", "synonyms",
@@ -80,7 +106,7 @@ def test_data_stages_are_byte_identical_when_rerun(repo):
     repo, env, _ = repo
     before = lock_outs(repo)
     shutil.rmtree(repo / "data")
-    out = run(["dvc", "repro", "--force", "pretraining_data@mlm", "pretraining_data@wwm",
+    out = run(["dvc", "repro", "--force", "pretraining_data@mlm-42", f"pretraining_data@{SECOND}-42",
                *(f"resample@{m}" for m in MIXTURES)], repo, env)
     assert set(DATA_STAGES) <= ran_stages(out)
     after = lock_outs(repo)
@@ -131,10 +157,10 @@ def test_interpretability_stages(repo):
         for task in ("sentiment", "msra_ner"):
             mix = json.loads((repo / "metrics" / "scalar_mix" / f"{model}-{task}.json").read_text())
             assert len(mix["layer_weights"]) == 2 and abs(sum(mix["layer_weights"]) - 1) < 1e-6
-    attributions = json.loads((repo / "metrics" / "attributions" / "wwm.json").read_text())
+    attributions = json.loads((repo / "metrics" / "attributions" / f"{SECOND}-42.json").read_text())
     assert attributions["examples"] and all(len(e["tokens"]) == len(e["attributions"])
                                             for e in attributions["examples"])
-    page = (repo / "results" / "attributions" / "wwm" / "attributions.html").read_text()
+    page = (repo / "results" / "attributions" / f"{SECOND}-42" / "attributions.html").read_text()
     assert "layer 0 head 1" in page and "http" not in page
     md = (repo / "reports" / "report.md").read_text()
     assert "| No P² |" in md and "figures/ablation_heads_p2p.png" in md and "figures/probes.png" in md
@@ -160,11 +186,11 @@ def test_compression_stages(repo, monkeypatch):
         teacher, student = variants["teacher"], variants["labels"]
         assert [r["seed"] for r in student["runs"]] == [1, 2]
         assert student["size"]["parameters"] < teacher["size"]["parameters"]
-        finetuned = json.loads((repo / "metrics" / "finetune" / f"wwm-{task}.json").read_text())
+        finetuned = json.loads((repo / "metrics" / "finetune" / f"{SECOND}-42-{task}.json").read_text())
         assert teacher["test"] == finetuned["test"]  # the teachers are the models finetune saved
         assert variants["kd"]["runs"][0]["train"]["kd_loss"] > 0
         assert variants["kd_intermediate"]["runs"][0]["train"]["match_loss"] > 0
-        prune = json.loads((repo / "metrics" / "prune" / f"wwm-{task}.json").read_text())
+        prune = json.loads((repo / "metrics" / "prune" / f"{SECOND}-42-{task}.json").read_text())
         assert len(prune["variants"]) == 1 + 2 * 2 * 2
         for v in prune["variants"][1:]:  # one layer of 2 heads and 64 FFN neurons, pruned to 1 and 32
             assert v["runs"][0]["heads"] == [1] and v["runs"][0]["ffn"] == [32]
@@ -173,21 +199,22 @@ def test_compression_stages(repo, monkeypatch):
     params = load_params()
     spec, family, name = params.task("msra_ner"), FAMILIES["ner"], "self_supervised-uneven-iterative2"
     training = params.finetune.for_task(spec)
-    tables, labels, data = load_task_data("msra_ner", family, ("train", "dev", "test"), load_tokenizer("models/wwm"),
-                                          training)
-    model = load_pruned(family, repo / "results" / "prune" / "wwm-msra_ner" / name, repo / "models" / "wwm",
+    tables, labels, data = load_task_data("msra_ner", family, ("train", "dev", "test"),
+                                          load_tokenizer(f"models/{SECOND}-42"), training)
+    model = load_pruned(family, repo / "results" / "prune" / f"{SECOND}-42-msra_ner" / name,
+                        repo / "models" / f"{SECOND}-42",
                         labels, training)
     scores, _ = family.evaluate(model, data["dev"], tables["dev"], training, labels, spec.metrics,
                                 torch.device("cpu"))
-    recorded = next(v for v in json.loads((repo / "metrics" / "prune" / "wwm-msra_ner.json").read_text())[
+    recorded = next(v for v in json.loads((repo / "metrics" / "prune" / f"{SECOND}-42-msra_ner.json").read_text())[
         "variants"] if v["name"] == name)["runs"][0]["dev"]
     assert {m: scores[m] for m in spec.metrics} == recorded
     # the unpruned and teacher rows reuse finetune's recorded scores: they are what its saved model scores
-    model = load_finetuned(family, repo / "models" / "wwm", labels, training,
-                           model_file(repo / "results" / "finetune" / "wwm-msra_ner", 1))
+    model = load_finetuned(family, repo / "models" / f"{SECOND}-42", labels, training,
+                           model_file(repo / "results" / "finetune" / f"{SECOND}-42-msra_ner", 1))
     scores, _ = family.evaluate(model, data["dev"], tables["dev"], training, labels, spec.metrics,
                                 torch.device("cpu"))
-    assert read_scores(repo / "results" / "finetune" / "wwm-msra_ner", [1], spec.metrics)[0]["dev"] == \
+    assert read_scores(repo / "results" / "finetune" / f"{SECOND}-42-msra_ner", [1], spec.metrics)[0]["dev"] == \
         {m: scores[m] for m in spec.metrics}
     assert "| l1: kd |" in (repo / "reports" / "report.md").read_text()
 
@@ -211,7 +238,7 @@ def test_prefect_pipeline_flow_walks_the_dvc_graph(repo, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", env["PYTHONPATH"])
     order = stage_order()
     assert order.index("acquire") < order.index("ingest") < order.index("segment") < order.index("tokenize")
-    assert order.index("pretrain@wwm") < order.index("finetune@wwm-sentiment") < order.index("report")
+    assert order.index(f"pretrain@{SECOND}-42") < order.index(f"finetune@{SECOND}-42-sentiment") < order.index("report")
     state = pipeline(return_state=True)
     assert state.is_completed()
     assert state.result() == order

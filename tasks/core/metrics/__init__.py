@@ -26,8 +26,9 @@ to its model):
 * ``tokenize.json``: :class:`TokenizeMetrics`, stage ``tokenize``
 * ``similar_words.json``: :class:`SimilarWordsMetrics`, stage ``similar_words``
 * ``downstream/<task>.json``: :class:`DownstreamMetrics`, stage ``downstream``
-* ``pretraining_data/<objective>.json``: :class:`PretrainingDataMetrics`, stage ``pretraining_data``
-* ``pretrain/<objective>.json``: :class:`PretrainMetrics`, stage ``pretrain``
+* ``pretraining_data/<objective>-<seed>.json``: :class:`PretrainingDataMetrics`, stage ``pretraining_data``
+* ``pretrain/<objective>-<seed>.json``: :class:`PretrainMetrics`, stage ``pretrain``
+* ``curves/<objective>-<seed>.json``: :class:`CurvesMetrics`, stage ``curves``
 * ``finetune/<model>-<task>.json``: :class:`FinetuneMetrics`, stage ``finetune``
 * ``multilingual.json``: :class:`MultilingualMetrics`, stage ``multilingual``
 * ``vocab_extension.json``: :class:`VocabExtensionMetrics`, stage ``vocab_extension``

@@ -9,11 +9,13 @@ from tasks.core.metrics.base import Metrics, Record, absent
 
 
 class PretrainingDataMetrics(Metrics):
-    """Stage ``pretraining_data@<objective>``: packed sequences, segment pairs, and how the
+    """Stage ``pretraining_data@<objective>-<seed>``: packed sequences, segment pairs, and how the
     chosen tokens were corrupted (counts summed over the ``dupe_factor`` masked copies)."""
 
-    file = "pretraining_data/<objective>.json"
+    file = "pretraining_data/<objective>-<seed>.json"
     objective: str
+    seed: int = absent()
+    """The pretraining seed (absent in runs from before there were several)."""
     sequences: int
     tokens: int
     """Non-padding tokens of the sequences (per copy for static masking)."""
@@ -70,28 +72,86 @@ class PretrainSummary(Record):
     final_loss: float | None
     """Mean loss of the last logging window; null when no step was logged."""
     final_token_accuracy: float | None
-    """Argmax accuracy (0-1) at the chosen positions, last logging window."""
+    """Argmax accuracy (0-1) at the chosen positions, last logging window (ELECTRA: the generator's)."""
     final_sentence_accuracy: float | None
     """NSP/SOP accuracy (0-1), last logging window; null without a sentence task."""
+    final_rtd_accuracy: float = absent()
+    """ELECTRA: the discriminator's accuracy (0-1) over the tokens, last logging window (absent for
+    other objectives; their token accuracy is the generator's)."""
     wall_sec: float
     """Wall-clock seconds of training, resumed runs included (2 decimals)."""
+    flops: float = absent()
+    """Model FLOPs of the training steps (forward and backward, counted from the configs the same way
+    for every objective: :meth:`tasks.pretraining.modeling.PretrainingModel.flops`); absent in runs
+    from before they were counted."""
     tokens_per_sec: float | None
     """Tokens per wall-clock second (1 decimal)."""
     peak_memory_mb: float
     """Peak memory in MiB (2^20 bytes): CUDA allocations on GPU, resident set size on CPU."""
 
 
-class PretrainMetrics(PretrainSummary, Metrics):
-    """Stage ``pretrain@<objective>``: the training summary and the run's set-up."""
+class SnapshotPoint(Record):
+    """The model at a fraction of its pretraining budget (``models/<name>/snapshots/<fraction>``)."""
 
-    file = "pretrain/<objective>.json"
+    fraction: float
+    step: int
+    tokens: int
+    seconds: float
+    """Wall-clock seconds of training up to the snapshot."""
+    flops: float | None
+    """Model FLOPs of training up to the snapshot (null for a model that does not count them)."""
+
+
+class PretrainMetrics(PretrainSummary, Metrics):
+    """Stage ``pretrain@<objective>-<seed>``: the training summary and the run's set-up."""
+
+    file = "pretrain/<objective>-<seed>.json"
     objective: str
+    seed: int = absent()
+    """The pretraining seed (absent in runs from before there were several)."""
     parameters: int
-    """Parameters of the encoder and the MLM head."""
+    """Parameters of the saved model: the encoder and its MLM head (ELECTRA: its RTD head)."""
     device: str
     threads: int
     """torch CPU threads."""
     dynamic: bool
     sentence_task: Literal["nsp", "sop"] | None
-    token_target: Literal["token", "position"]
-    """What the token head predicts: the original token, or (PerLM) its position."""
+    token_target: Literal["token", "position", "replaced"]
+    """What the pretrained encoder learns to predict: the original token, (PerLM) its position, or
+    (ELECTRA) whether each token was replaced."""
+    budget: Literal["tokens", "mlm_flops"] = absent()
+    """The objective's budget: ``pretrain.token_budget`` tokens, or the model FLOPs an MLM spends on
+    them (absent in runs from before there was a choice)."""
+    snapshots: list[SnapshotPoint] = absent()
+    """The snapshots kept (``pretrain.snapshots``); absent in runs from before there were any."""
+
+
+class CurvePoint(Record):
+    fraction: float
+    """Of the pretraining budget (1.0: the model itself)."""
+    loss: float | None
+    """Held-out MLM cross-entropy, nats per masked token (null without an MLM measure)."""
+    accuracy: float | None
+    """Held-out MLM accuracy (0-1) at the masked positions (null without an MLM measure)."""
+    rtd_loss: float | None = absent()
+    """ELECTRA: held-out replaced-token detection, binary cross-entropy in nats per token."""
+    rtd_accuracy: float | None = absent()
+    """ELECTRA: held-out replaced-token detection accuracy (0-1) over the tokens."""
+
+
+class CurvesMetrics(Metrics):
+    """Stage ``curves@<objective>-<seed>``: the held-out measure at each snapshot and at the end
+    (:mod:`tasks.pretraining.heldout`); tokens, seconds and FLOPs of each point are in
+    ``pretrain/<objective>-<seed>.json``."""
+
+    file = "curves/<objective>-<seed>.json"
+    objective: str
+    seed: int
+    heldout_task: str
+    sequences: int
+    measure: Literal["mlm", "rtd"] | None = absent()
+    """The held-out measure: MLM, ELECTRA's replaced-token detection, or none (PerLM predicting
+    positions only, whose MLM head is untrained)."""
+    predictions: int | None
+    """Positions measured: the masked ones (MLM; the same for every model), or every token (RTD)."""
+    points: list[CurvePoint]

@@ -21,6 +21,7 @@ import yaml
 from pydantic import Field, NonNegativeInt, ValidationError, model_validator
 
 from tasks.core.errors import ParamsError
+from tasks.core.paths import seeded
 from tasks.core.params import trace
 from tasks.core.params.base import _Strict
 from tasks.core.params.compression import Compression, Distill, IntermediateMatch, Prune, Student
@@ -33,17 +34,18 @@ from tasks.core.params.interpretability import (ATTENTION_ZONES, Ablation, Attri
                                                 ScalarMixParams)
 from tasks.core.params.multilingual import (MULTILINGUAL_FORMATS, ContinuedPretraining, Mixture, Multilingual,
                                             MultilingualInput, VocabExtension, VocabPruning)
-from tasks.core.params.pretraining import (MASKING_SCHEMES, SENTENCE_TASKS, Distributed, ModelSize, Objective,
-                                           Pretrain, PretrainingData, Replacement, SimilarWordsSpec,
-                                           resolve_model_preset)
+from tasks.core.params.pretraining import (MASKING_SCHEMES, SENTENCE_TASKS, Curves, Distributed, ModelSize, Objective,
+                                           Permutation, Pretrain, PretrainingData, Replacement, Rtd,
+                                           SimilarWordsSpec, resolve_model_preset)
 
 __all__ = [
     "PARAMS_FILE", "Params", "load_params",
     "PackageFile", "PackageSource", "LocalSource", "HubSource", "Source",
     "CorpusInput", "Corpus", "Segment", "Tokenizer",
     "EXECUTOR_KINDS", "Executor", "Shards",
-    "MASKING_SCHEMES", "SENTENCE_TASKS", "Replacement", "Objective", "PretrainingData", "SimilarWordsSpec",
-    "ModelSize", "Pretrain", "Distributed",
+    "MASKING_SCHEMES", "SENTENCE_TASKS", "Replacement", "Permutation", "Rtd", "Objective", "PretrainingData",
+    "SimilarWordsSpec",
+    "ModelSize", "Pretrain", "Curves", "Distributed",
     "MULTILINGUAL_FORMATS", "MultilingualInput", "Mixture", "VocabExtension", "ContinuedPretraining",
     "VocabPruning", "Multilingual",
     "FAMILY_LOADERS", "FAMILY_METRICS", "SPLITS", "Training", "TaskSplit", "TaskData", "DownstreamTask", "Finetune", "HubModel",
@@ -69,6 +71,7 @@ class Params(_Strict):
     model_presets: dict[str, ModelSize] = Field(min_length=1, description="encoder sizes that model.preset picks")
     model: ModelSize = Field(description="model_presets[model.preset] with the other keys of model as overrides")
     pretrain: Pretrain
+    curves: Curves
     distributed: Distributed
     tasks: dict[str, DownstreamTask] = Field(min_length=1)
     hub_models: dict[str, HubModel] = Field(default_factory=dict)
@@ -100,18 +103,24 @@ class Params(_Strict):
             raise ValueError(f"tokenizer.vocab: {self.tokenizer.vocab!r} is neither 'train' nor a source name")
         if self.similar_words.source not in self.sources:
             raise ValueError(f"similar_words.source: no source named {self.similar_words.source!r} in sources")
-        if self.pretrain.init_from in self.compare:
-            raise ValueError(f"pretrain.init_from: {self.pretrain.init_from!r} is in compare, so pretrain@"
-                             f"{self.pretrain.init_from} would start from its own output; name another model")
+        if self.pretrain.init_from in self.pretrained_models or self.pretrain.init_from in self.compare:
+            raise ValueError(f"pretrain.init_from: {self.pretrain.init_from!r} is pretrained by this run "
+                             "(compare x pretrain.seeds), so pretrain would start from its own output; name another "
+                             "model")
         for name in self.compare:
             if name not in self.objectives:
                 raise ValueError(f"compare: {name!r} is not an objective; objectives: {', '.join(self.objectives)}")
-            if self.objectives[name].sentence_task and self.pretraining_data.packing == "full_sentences":
-                raise ValueError(f"compare: {name!r} has sentence_task {self.objectives[name].sentence_task}, which "
+            spec = self.objectives[name]
+            if spec.sentence_task and self.pretraining_data.packing == "full_sentences":
+                raise ValueError(f"compare: {name!r} has sentence_task {spec.sentence_task}, which "
                                  f"needs rows of one document: set pretraining_data.packing to doc_sentences")
+            if spec.rtd and (self.pretrain.init_from or spec.sentence_task):
+                raise ValueError(f"compare: {name!r} (ELECTRA) starts from random weights and has no sentence task: "
+                                 "unset pretrain.init_from and its sentence_task")
         for name in self.finetune.baselines:
-            if name != "random" and name not in self.hub_models:
-                raise ValueError(f"finetune.baselines: {name!r} is neither 'random' nor a hub_models name")
+            if name not in self.hub_models:
+                raise ValueError(f"finetune.baselines: {name!r} is no hub_models name (the random-init baseline "
+                                 "random-<seed> is always fine-tuned)")
         if len(set(self.finetune_models)) != len(self.finetune_models):
             raise ValueError("compare and finetune.baselines must not repeat a name")
         for i, item in enumerate(self.multilingual.inputs):
@@ -120,14 +129,19 @@ class Params(_Strict):
         if self.multilingual.vocab.coverage_vocab not in self.sources:
             raise ValueError(f"multilingual.vocab.coverage_vocab: no source named "
                              f"{self.multilingual.vocab.coverage_vocab!r} in sources")
-        if self.multilingual.base_model not in self.compare:
-            raise ValueError(f"multilingual.base_model: {self.multilingual.base_model!r} is not in compare "
-                             f"({', '.join(self.compare)}), so it is not pretrained")
+        if self.multilingual.base_model not in self.pretrained_models:
+            raise ValueError(f"multilingual.base_model: {self.multilingual.base_model!r} is not pretrained by this "
+                             f"run ({', '.join(self.pretrained_models)})")
         self._check_analyses()
         self._check_compression()
         for name in self.finetune.tasks:
             if name not in self.tasks:
                 raise ValueError(f"finetune.tasks: no task named {name!r} in tasks")
+        if self.curves.heldout_task not in self.tasks:
+            raise ValueError(f"curves.heldout_task: no task named {self.curves.heldout_task!r} in tasks")
+        for name in self.curves.tasks:
+            if name not in self.finetune.tasks:
+                raise ValueError(f"curves.tasks: {name!r} is not in finetune.tasks")
         for name, task in self.tasks.items():
             try:
                 self.finetune.for_task(task)
@@ -149,12 +163,13 @@ class Params(_Strict):
             raise ValueError(f"probe.pos_source: no source named {self.probe.pos_source!r}")
         for block in ("ablation", "probe", "scalar_mix", "attributions"):
             for name in getattr(self, block).models:
-                if name not in self.compare and name != "random" and name not in self.hub_models:
-                    raise ValueError(f"{block}.models: {name!r} is not in compare, 'random' or hub_models")
+                if name not in self.finetune_models and name not in self.hub_models:
+                    raise ValueError(f"{block}.models: {name!r} is no model of this run: "
+                                     f"{', '.join(self.finetune_models)} or a hub_models name")
         # these two study the models finetune saved (tasks.downstream.finetuned): it must make them
         for block in ("ablation", "attributions"):
             cfg = getattr(self, block)
-            if cfg.task not in self.finetune.tasks:
+            if cfg.models and cfg.task not in self.finetune.tasks:
                 raise ValueError(f"{block}.task: {cfg.task!r} is not in finetune.tasks, so no model is fine-tuned on it")
             for name in cfg.models:
                 if name not in self.finetune_models:
@@ -188,9 +203,20 @@ class Params(_Strict):
                                  f"{', '.join(self.finetune_models)})")
 
     @property
+    def pretrained_models(self) -> list[str]:
+        """The models pretrained by this run: ``<objective>-<seed>`` for each compared objective and
+        pretraining seed (:func:`tasks.core.paths.seeded`)."""
+        return [seeded(o, s) for o in self.compare for s in self.pretrain.seeds]
+
+    @property
+    def random_models(self) -> list[str]:
+        """The random-init baseline, once per pretraining seed: ``random-<seed>``."""
+        return [seeded("random", s) for s in self.pretrain.seeds]
+
+    @property
     def finetune_models(self) -> list[str]:
-        """Every fine-tuned model: the compared objectives, then the baselines."""
-        return [*self.compare, *self.finetune.baselines]
+        """Every fine-tuned model: the pretrained ones, random init, then the hub baselines."""
+        return [*self.pretrained_models, *self.random_models, *self.finetune.baselines]
 
     def task(self, name: str) -> DownstreamTask:
         """The downstream task called ``name``; :class:`ParamsError` if there is none."""

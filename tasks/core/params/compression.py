@@ -65,7 +65,7 @@ class Student(_Strict):
 class Distill(_Strict):
     """Soft-label KD (Hinton et al. 2015) mixed with the hard labels, plus intermediate matches."""
 
-    teacher: str = Field(description="a fine-tuned model: compare, 'random' or a finetune.baselines name")
+    teacher: str = Field(description="a fine-tuned model: <objective>-<seed>, random-<seed> or a baseline")
     temperature: float = Field(gt=0, description="τ of the softened distributions")
     temperature_schedule: Literal["constant", "anneal"] = Field(
         description="anneal: τ falls linearly to 1 over training (Jafari et al. 2021)")
@@ -80,7 +80,8 @@ class Prune(_Strict):
     """Transformer pruning by importance (TextPruner); every variant is also measured after
     vocabulary pruning to the task's tokens, which leaves its predictions unchanged."""
 
-    models: list[str] = Field(min_length=1, description="fine-tuned models to prune: compare, 'random', baselines")
+    models: list[str] = Field(min_length=1, description="fine-tuned models to prune: <objective>-<seed>, "
+                                                        "random-<seed>, baselines")
     heads: PositiveInt = Field(description="attention heads kept per layer, on average")
     ffn: PositiveInt = Field(description="FFN neurons kept per layer, on average")
     n_iters: PositiveInt = Field(description="iterations of the iterative variants (IS recomputed each time)")

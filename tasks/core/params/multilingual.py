@@ -64,7 +64,7 @@ class Multilingual(_Strict):
     min_document_chars: int = Field(ge=1)
     heldout_fraction: float = Field(gt=0, lt=1, description="documents per language held out for evaluation")
     heldout_max_documents: int = Field(ge=1)
-    base_model: str = Field(description="the pretrained objective (in compare) to continue")
+    base_model: str = Field(description="the pretrained model to continue (<objective>-<seed> of this run)")
     vocab: VocabExtension
     total_tokens: int = Field(ge=1, description="size of each resampled corpus, in tokens")
     mixtures: dict[str, Mixture] = Field(min_length=1)

@@ -11,11 +11,11 @@ from __future__ import annotations
 import math
 from typing import Literal, get_args
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, NonNegativeInt, PositiveInt, field_validator, model_validator
 
 from tasks.core.params.base import Device, _Strict
 
-MaskingScheme = Literal["mlm", "wwm", "ngram"]  # token selection (tasks.pretraining.masking)
+MaskingScheme = Literal["mlm", "wwm", "ngram", "span"]  # token selection (tasks.pretraining.masking)
 SentenceTask = Literal["nsp", "sop"]  # segment-pair task (tasks.pretraining.pairing)
 MASKING_SCHEMES: tuple[str, ...] = get_args(MaskingScheme)
 SENTENCE_TASKS: tuple[str, ...] = get_args(SentenceTask)
@@ -45,13 +45,45 @@ class Replacement(_Strict):
         return self
 
 
+class Permutation(_Strict):
+    """PerLM's options (PERT, Cui et al. 2022): the defaults are PERT's; the others its ablations (§6).
+
+    * ``granularity``: which permuted tokens may trade places: any of the row (``none``, PERT's
+      "no limit"), only those of one ``word``, one ``ngram`` (one masked span) or one ``sentence``;
+    * ``space``: predict the position of each original token among the input's positions
+      (``local``, PERT's), the original token over the vocabulary (``global``), or both (summed);
+    * ``targets``: predict at the chosen 15% only (``partial``, PERT's) or at every token (``full``,
+      ELECTRA-style: an unchosen token's target is its own position or token).
+    """
+
+    granularity: Literal["none", "word", "ngram", "sentence"] = "none"
+    space: Literal["local", "global", "both"] = "local"
+    targets: Literal["partial", "full"] = "partial"
+
+
+class Rtd(_Strict):
+    """ELECTRA's replaced-token detection (Clark et al. 2020, §2): a small MLM generator fills the
+    masked positions with its samples and the discriminator tells every token original or replaced."""
+
+    generator_size: float = Field(0.25, gt=0, le=1, description="the generator's hidden size, FFN size and "
+                                                                 "heads as a share of the discriminator's (§3.2)")
+    weight: float = Field(50.0, gt=0, description="λ: loss = MLM loss + λ · RTD loss (§2)")
+
+
 class Objective(_Strict):
-    """A pretraining objective: token selection, replacement, sentence task, static or dynamic masking."""
+    """A pretraining objective: token selection, replacement, sentence task, static or dynamic masking,
+    and the options of SpanBERT (``sbo``), ELECTRA (``rtd``) and PERT (``permutation``)."""
 
     masking: str = Field(description=f"token selection: one of {', '.join(MASKING_SCHEMES)}")
     replacement: Replacement = Field(description="BERT's 80/10/10 is {mask: 0.8, random: 0.1, keep: 0.1}")
     sentence_task: str | None = Field(None, description=f"one of {', '.join(SENTENCE_TASKS)}, or null")
     dynamic: bool = Field(False, description="draw masks at batch time (RoBERTa) instead of in the data")
+    sbo: bool = Field(False, description="SpanBERT's span boundary objective beside MLM (masking span)")
+    rtd: Rtd | None = Field(None, description="ELECTRA: pretrain a discriminator by replaced-token detection")
+    permutation: Permutation = Field(default_factory=Permutation, description="PerLM's options (replacement.permute)")
+    budget: Literal["tokens", "mlm_flops"] = Field(
+        "tokens", description="tokens: pretrain.token_budget tokens; mlm_flops: the model FLOPs an MLM of the same "
+                              "size spends on that many tokens of the same batches (equal compute)")
 
     @field_validator("masking")
     @classmethod
@@ -68,9 +100,18 @@ class Objective(_Strict):
         return value
 
     @model_validator(mode="after")
-    def _similar_needs_words(self) -> "Objective":
-        if self.replacement.similar and self.masking == "mlm":
-            raise ValueError("replacement.similar (Mac) replaces whole words: use masking wwm or ngram")
+    def _consistent(self) -> "Objective":
+        if self.replacement.similar and self.masking in ("mlm", "span"):
+            raise ValueError("replacement.similar (Mac) replaces whole words one by one: use masking wwm or ngram")
+        if self.sbo and self.masking != "span":
+            raise ValueError("sbo (SpanBERT's span boundary objective) predicts spans: use masking span")
+        if self.permutation != Permutation() and not self.replacement.permute:
+            raise ValueError("permutation: options of PerLM, which needs replacement.permute > 0")
+        if self.permutation.granularity == "sentence" and self.dynamic:
+            raise ValueError("permutation.granularity sentence needs the sentence starts, which only static data "
+                             "has: set dynamic false")
+        if self.rtd and (self.replacement.permute or self.replacement.similar or self.sbo):
+            raise ValueError("rtd (ELECTRA): its generator is an MLM; use replacement mask/random/keep, no sbo")
         return self
 
 
@@ -79,6 +120,8 @@ class PretrainingData(_Strict):
     masked_lm_prob: float = Field(gt=0, lt=1)
     max_predictions_per_seq: int = Field(ge=1)
     ngram_probabilities: list[float] = Field(min_length=1, description="P(span of 1, 2, ... words), N-gram masking")
+    span_p: float = Field(0.2, gt=0, lt=1, description="span masking: span lengths in words ~ Geometric(span_p)")
+    span_max_words: int = Field(10, ge=1, description="span masking: the geometric law clipped at this many words")
     dupe_factor: int = Field(ge=1, description="masked copies of the corpus (static masking only)")
     shard_size: int = Field(ge=1)
     packing: Literal["doc_sentences", "full_sentences"] = Field(
@@ -141,6 +184,10 @@ def resolve_model_preset(raw: dict) -> dict:
 
 
 class Pretrain(_Strict):
+    seeds: list[NonNegativeInt] = Field(min_length=1, description="pretraining seeds: each compared objective and "
+                                        "the random-init baseline exist once per seed (models/<objective>-<seed>)")
+    snapshots: list[float] = Field(description="fractions of the budget at which the model is also kept "
+                                               "(models/<name>/snapshots/<fraction>), for the score-for-compute curves")
     init_from: str | None = Field(None, description="null = random init; else a checkpoint to continue "
                                                     "(tasks.pretraining.modeling.resolve_init_from)")
     token_budget: int = Field(ge=1, description="non-padding tokens to train on")
@@ -161,6 +208,31 @@ class Pretrain(_Strict):
     compile: bool = Field(False, description="torch.compile the encoder (any device; the first steps compile)")
     activation_checkpointing: bool = Field(False, description="recompute each layer's activations in the backward "
                                                               "pass: less memory, about 1/3 more compute")
+
+    @field_validator("seeds")
+    @classmethod
+    def _distinct(cls, value: list[int]) -> list[int]:
+        if len(set(value)) != len(value):
+            raise ValueError(f"seeds repeat: {value}")
+        return value
+
+    @field_validator("snapshots")
+    @classmethod
+    def _fractions(cls, value: list[float]) -> list[float]:
+        if any(not 0 < f < 1 for f in value) or sorted(set(value)) != list(value):
+            raise ValueError(f"snapshots must be ascending distinct fractions in (0, 1) (the end is the model): "
+                             f"{value}")
+        return value
+
+
+class Curves(_Strict):
+    """Score-for-compute curves: the held-out MLM measure of each model and its snapshots (stage
+    ``curves@<objective>-<seed>``), and the snapshots fine-tuned (``finetune_snapshot``)."""
+
+    heldout_task: str = Field(description="a task whose evaluation text (dev and test, never pretrained on) is "
+                                          "the held-out text of the MLM measure")
+    heldout_sequences: PositiveInt = Field(description="held-out sequences of max_seq_length the measure masks")
+    tasks: list[str] = Field(description="fine-tuning tasks each snapshot is also fine-tuned on ([]: none)")
 
 
 class Distributed(_Strict):

@@ -123,10 +123,18 @@ def _under(keys: set[str], all_leaves: set[str]) -> set[str]:
 # stage declares them though the data stages read them: where the shards run.
 NEUTRAL = ("executor",)
 
+# The options of an objective that only pretrain reads (its heads and its budget). pretraining_data
+# declares its objective's whole block, since DVC can declare neither a block but some of its keys
+# nor a key an objective leaves out; so an edit of these reruns that objective's data stage too,
+# whose bytes they never change (seconds of work), and nothing after it that they do not touch.
+PRETRAIN_ONLY = ("sbo", "rtd", "budget", "permutation.space", "permutation.targets")
 
-def compare(declared: set[str], read: set[str], raw: dict) -> tuple[set[str], set[str]]:
+
+def compare(declared: set[str], read: set[str], raw: dict, unread_ok: set[str] = frozenset()
+            ) -> tuple[set[str], set[str]]:
     """``(missing, over_broad)``: the leaves of ``params.yaml`` a stage reads that its declared
-    params do not cover, and the leaves they cover that it never reads (:data:`NEUTRAL` aside)."""
+    params do not cover, and the leaves they cover that it never reads (:data:`NEUTRAL` and the
+    keys under ``unread_ok`` aside)."""
     all_leaves = {leaf for leaf in leaves(raw) if leaf.split(".")[0] not in NEUTRAL}
     declared_leaves, read_leaves = _under(declared, all_leaves), _under(read, all_leaves)
-    return read_leaves - declared_leaves, declared_leaves - read_leaves
+    return read_leaves - declared_leaves, declared_leaves - read_leaves - _under(set(unread_ok), all_leaves)

@@ -1,0 +1,59 @@
+"""Error rates of the report's statistics by simulation, at the study's design (5 pretraining seeds x
+3 fine-tuning seeds x 1,000 test examples): the verdict rule (the variance-components t interval,
+:func:`tasks.report.statistics.compare`) against the percentile Multi-Bootstrap and a bootstrap over
+one checkpoint pair's test examples, with test-sample noise dominating and with pretraining-seed
+noise dominating: false positives under no effect, coverage of a known effect, power at the MDE.
+
+Usage: python benchmarks/error_rates.py [--comparisons 1000] [--bootstrap-comparisons 300]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from tasks.report.statistics import Design, compare, effect_for, error_rates, example_bootstrap, multibootstrap
+
+sys.path.insert(0, str(Path(__file__).parent))
+from results import write_results  # noqa: E402  (benchmarks/results.py)
+
+DESIGNS = {"test examples dominate": Design(seed_sd=0.1, finetune_sd=0.06),
+           "pretraining seeds dominate": Design(seed_sd=0.3, finetune_sd=0.1)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--comparisons", type=int, default=1000)
+    ap.add_argument("--bootstrap-comparisons", type=int, default=300)
+    ap.add_argument("--draws", type=int, default=200, help="bootstrap resamples per comparison")
+    args = ap.parse_args()
+    figures = {}
+    for name, design in DESIGNS.items():
+        t0 = time.perf_counter()
+        methods = {"verdict rule (t interval)": (compare, args.comparisons),
+                   "Multi-Bootstrap (percentile)": (lambda a, b: multibootstrap(a, b, draws=args.draws),
+                                                    args.bootstrap_comparisons),
+                   "one checkpoint pair, examples only": (lambda a, b: example_bootstrap(a, b, draws=args.draws),
+                                                          args.bootstrap_comparisons)}
+        rows = {}
+        for method, (fn, n) in methods.items():
+            null = error_rates(design, fn, n, seed=1)
+            known = error_rates(design, fn, n, effect=0.2, seed=2)
+            rows[method] = {"false_positive_rate": null["rejected"], "coverage_under_no_effect": null["covered"],
+                            "coverage_under_an_effect": known["covered"], "median_mde_points": 100 * null["median_mde"],
+                            "comparisons": n}
+        mde = rows["verdict rule (t interval)"]["median_mde_points"] / 100
+        power = error_rates(design, compare, args.comparisons, effect=effect_for(design, mde), seed=3)
+        rows["verdict rule (t interval)"]["power_at_the_mde"] = power["rejected"]
+        figures[name] = rows
+        print(f"{name} ({time.perf_counter() - t0:.0f} s):")
+        for method, r in rows.items():
+            print(f"  {method}: {r}")
+    write_results("error_rates", {"design": "5 pretraining seeds x 3 fine-tuning seeds x 1,000 examples, accuracy",
+                                 "draws": args.draws, "alpha": 0.05}, figures)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,231 @@
+"""Report sections "Findings" and "Objective comparison": the claims of the BERT-wwm / MacBERT /
+PERT / CINO line this run can test, each as a mean difference of procedures with its 95%
+interval and verdict (:mod:`tasks.report.statistics`), and every procedure on every task.
+
+A *procedure* is what a claim is about: a compared objective pretrained under each pretraining
+seed (``mlm-42``, ``mlm-43``, ...), random init under the same seeds, or a published checkpoint
+(one of it: a claim about it is about that checkpoint). Its outcomes on a task are the per-example
+counts of each run's test predictions (:mod:`tasks.report.outcomes`), in percentage points.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+
+from tasks.core.metrics.compression import DistillMetrics
+from tasks.core.metrics.downstream import FinetuneMetrics
+from tasks.core.metrics.multilingual import ContinuePretrainMetrics
+from tasks.core.paths import seeded
+from tasks.report.common import load_metrics, table
+from tasks.report.outcomes import run_counts
+from tasks.report.statistics import Comparison, Outcomes, compare, decompose, from_runs, interval, mde
+from tasks.report.templating import render_blocks
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A claim of the line: ``a`` beats ``b`` (procedures) on the tasks of ``families``."""
+
+    finding: str
+    source: str
+    a: str
+    b: str
+    families: tuple[str, ...] = ("classification", "mrc", "ner")
+
+
+PRETRAINING = "mlm"  # the procedure that stands for "pretrained" (BERT's recipe)
+CLAIMS = (
+    Claim("pretraining beats random init", "BERT (Devlin et al. 2019)", PRETRAINING, "random"),
+    Claim("whole word masking beats MLM on MRC and NER", "Chinese BERT-wwm (Cui et al. 2021, §4)", "wwm", "mlm",
+          ("mrc", "ner")),
+    Claim("MLM as correction (Mac) beats random replacement", "MacBERT (Cui et al. 2020, Table 8)", "mac",
+          "mac_random_replace"),
+    Claim("random replacement beats partial masking", "MacBERT (Cui et al. 2020, Table 8)", "mac_random_replace",
+          "ngram"),
+    Claim("partial masking beats all masking", "MacBERT (Cui et al. 2020, Table 8)", "ngram", "mac_all_mask"),
+    Claim("permuted LM (PerLM) beats MLM on MRC and NER", "PERT (Cui et al. 2022, §5)", "perlm", "mlm",
+          ("mrc", "ner")),
+    Claim("SOP beats NSP", "ALBERT (Lan et al. 2020, §4.6)", "wwm_sop", "wwm_nsp"),
+    Claim("dynamic masking matches or beats static", "RoBERTa (Liu et al. 2019, Table 1)", "wwm_dynamic", "wwm"),
+    Claim("replaced-token detection beats MLM at equal compute", "ELECTRA (Clark et al. 2020, §3.3)", "electra", "mlm"),
+    Claim("span masking beats whole word masking", "SpanBERT (Joshi et al. 2020, Table 6)", "span", "wwm"),
+    Claim("the span boundary objective helps span masking", "SpanBERT (Joshi et al. 2020, Table 7)", "span_sbo",
+          "span"),
+    Claim("permutation without a limit beats permutation within words", "PERT (Cui et al. 2022, §6, granularity)",
+          "perlm", "perlm_word"),
+    Claim("predicting positions (local) beats predicting tokens (global)", "PERT (Cui et al. 2022, §6, space)",
+          "perlm", "perlm_global"),
+    Claim("partial prediction beats full prediction", "PERT (Cui et al. 2022, §6)", "perlm", "perlm_full"),
+)
+
+
+def procedures(params) -> dict[str, dict]:
+    """Procedure -> ``{seed: model}``: each compared objective and random init once per pretraining
+    seed, each hub baseline alone (its own name for a seed, so that it pairs with nothing)."""
+    seeds = params.pretrain.seeds
+    return {**{p: {s: seeded(p, s) for s in seeds} for p in [*params.compare, "random"]},
+            **{b: {b: b} for b in params.finetune.baselines}}
+
+
+def load_outcomes(params, metrics: Path, predictions: Path, data: Path) -> dict[tuple[str, str], Outcomes]:
+    """``(procedure, task) -> Outcomes`` of the headline metric on the test split, for the
+    procedures whose every model has been fine-tuned on the task (same fine-tuning seeds)."""
+    found = {}
+    for procedure, models in procedures(params).items():
+        for task in params.finetune.tasks:
+            runs = [load_metrics(metrics / "finetune" / f"{m}-{task}.json", FinetuneMetrics) for m in models.values()]
+            if not all(runs):
+                continue
+            split = pq.read_table(data / task / "test.parquet")
+            family, headline, seeds = runs[0].family, runs[0].headline, tuple(r.seed for r in runs[0].runs)
+            cells, metric = [], None
+            for model in models.values():
+                per_seed = []
+                for s in seeds:
+                    c, metric = run_counts(family, headline, split, predictions / f"{model}-{task}", s)
+                    per_seed.append(c)
+                cells.append(per_seed)
+            scale = 1.0 if family == "mrc" else 100.0  # everything in percentage points
+            found[procedure, task] = Outcomes(np.asarray(cells), lambda sums, m=metric, k=scale: k * m(sums),
+                                              tuple(models), seeds)
+    return found
+
+
+def _families(params) -> dict[str, str]:
+    return {t: params.tasks[t].family for t in params.finetune.tasks}
+
+
+def _ci(c: Comparison) -> str:
+    signed = lambda x: f"{round(x, 2) + 0.0:+.2f}"  # noqa: E731  (+ 0.0: no "-0.00")
+    return f"{signed(c.difference)} [{signed(c.low)}, {signed(c.high)}]"
+
+
+def _row(finding: str, source: str, task: str, c: Comparison, about: str) -> list[str]:
+    agrees = {"better": "agrees", "worse": "contradicts"}.get(c.verdict, "within noise")
+    return [finding, source, task, _ci(c), f"{c.p_value:.3f}", f"{c.mde:.2f}", f"{agrees}{about}"]
+
+
+def _about(c: Comparison) -> str:
+    return {"pretraining seeds": "", "fine-tuning seeds": " (about this checkpoint, not the procedure)",
+            "test examples": " (about this one run)"}[c.replicates]
+
+
+def findings_rows(params, outcomes: dict, metrics: Path) -> list[list[str]]:
+    """One row per (claim, task) that ran, and one ``not run`` row per claim whose procedures did not."""
+    families, rows = _families(params), []
+    for claim in CLAIMS:
+        tasks = [t for t, f in families.items() if f in claim.families]
+        ran = [t for t in tasks if (claim.a, t) in outcomes and (claim.b, t) in outcomes]
+        if not ran:
+            missing = [p for p in (claim.a, claim.b) if p not in params.compare and p != "random"]
+            why = f"add {' and '.join(missing)} to compare" if missing else "not fine-tuned yet (stage finetune)"
+            rows.append([claim.finding, claim.source, "-", "not run", "-", "-", f"not run: {why}"])
+            continue
+        for t in ran:
+            c = compare(outcomes[claim.a, t], outcomes[claim.b, t])
+            rows.append(_row(claim.finding, claim.source, t, c, _about(c)))
+    rows += _reference_rows(params, outcomes) + _cino_rows(params, metrics) + _distill_rows(params, metrics)
+    return rows
+
+
+def _reference_rows(params, outcomes: dict) -> list[list[str]]:
+    """How far this run's pretraining is from a published model of similar size (unpaired)."""
+    rows = []
+    for baseline in params.finetune.baselines:
+        for t in params.finetune.tasks:
+            if (PRETRAINING, t) in outcomes and (baseline, t) in outcomes:
+                c = compare(outcomes[PRETRAINING, t], outcomes[baseline, t])
+                rows.append([f"this run's {PRETRAINING} vs the published {baseline} (reference)", "-", t, _ci(c),
+                             f"{c.p_value:.3f}", f"{c.mde:.2f}", c.verdict])
+    return rows
+
+
+def _cino_rows(params, metrics: Path) -> list[list[str]]:
+    """CINO: resampling helps the small languages (held-out MLM accuracy, resampled − natural), with
+    a normal interval over the held-out predictions of the two checkpoints."""
+    runs = {m: load_metrics(metrics / "continue_pretrain" / f"{m}.json", ContinuePretrainMetrics)
+            for m in ("resampled", "natural")}
+    if not all(runs.values()):
+        return [["resampling helps the small languages", "CINO (Yang et al. 2022, §3.2)", "-", "not run", "-", "-",
+                 "not run: add the mixtures resampled and natural"]]
+    rows = []
+    after = {m: r.heldout.after for m, r in runs.items()}
+    small = sorted(after["natural"], key=lambda lang: after["natural"][lang].predictions)[:4]
+    for lang in small:
+        a, b = after["resampled"][lang], after["natural"][lang]
+        if not a.predictions or a.accuracy is None or b.accuracy is None:
+            continue
+        diff = 100 * (a.accuracy - b.accuracy)
+        se = 100 * np.sqrt(a.accuracy * (1 - a.accuracy) / a.predictions
+                           + b.accuracy * (1 - b.accuracy) / b.predictions)
+        low, high = diff - 1.96 * se, diff + 1.96 * se
+        verdict = "agrees" if low > 0 else "contradicts" if high < 0 else "within noise"
+        rows.append(["resampling helps the small languages", "CINO (Yang et al. 2022, §3.2)",
+                     f"held-out MLM accuracy, {lang}", f"{diff:+.2f} [{low:+.2f}, {high:+.2f}]", "-",
+                     f"{2.8 * se:.2f}", f"{verdict} (about these two checkpoints)"])
+    return rows
+
+
+def _distill_rows(params, metrics: Path) -> list[list[str]]:
+    """TextBrewer: the distilled student beats the student trained on labels alone (paired over
+    fine-tuning seeds; the teacher is one checkpoint)."""
+    rows = []
+    for student in params.compression.students:
+        for task in params.compression.tasks:
+            m = load_metrics(metrics / "distill" / f"{student}-{task}.json", DistillMetrics)
+            if m is None:
+                continue
+            variants = {v.name: v for v in m.variants}
+            if "kd" not in variants or "labels" not in variants or len(m.seeds) < 2:
+                continue
+            scale = 1.0 if m.family == "mrc" else 100.0
+            score = {name: [scale * r.test[m.headline] for r in v.runs] for name, v in variants.items()}
+            c = from_runs(score["kd"], score["labels"], paired=True)
+            rows.append([f"distillation beats labels alone ({student})", "TextBrewer (Yang et al. 2020, §4)", task,
+                         _ci(c), f"{c.p_value:.3f}", f"{c.mde:.2f}",
+                         {"better": "agrees", "worse": "contradicts"}.get(c.verdict, "within noise")
+                         + " (about this teacher)"])
+    return rows
+
+
+def findings_section(params, outcomes: dict, metrics: Path) -> str:
+    """The section's Markdown: the Findings table and how to read it."""
+    header = ["finding", "source", "task", "Δ (a − b), points [95% CI]", "p", "MDE", "this run"]
+    return render_blocks("findings.md.j2", table=table(header, findings_rows(params, outcomes, metrics)),
+                         seeds=len(params.pretrain.seeds), finetune_seeds=len(params.finetune.seeds))
+
+
+def comparison_section(params, outcomes: dict) -> str:
+    """Every procedure on every task (mean with its 95% interval, HFL's max (mean) of the runs),
+    each task's variance decomposition and the minimum detectable effect of a comparison of two
+    procedures of this design; empty when nothing was fine-tuned."""
+    tasks = [t for t in params.finetune.tasks if any((p, t) in outcomes for p in procedures(params))]
+    if not tasks:
+        return ""
+    rows, decomposition = [], []
+    for p in procedures(params):
+        cells = []
+        for t in tasks:
+            o = outcomes.get((p, t))
+            if o is None:
+                cells.append("-")
+                continue
+            ci, runs = interval(o), o.runs
+            cells.append(f"{ci.difference:.1f} [{ci.low:.1f}, {ci.high:.1f}] · {runs.max():.1f} ({runs.mean():.1f})")
+        rows.append([p, *cells])
+    for t in tasks:
+        o = outcomes.get((PRETRAINING, t)) or next(outcomes[p, t] for p in procedures(params) if (p, t) in outcomes)
+        shares, one = decompose(o).shares, interval(o)
+        # the MDE of a comparison of two independent procedures of this design: twice the variance
+        decomposition.append([t, *(f"{100 * shares[k]:.0f}%" for k in ("pretraining_seed", "finetuning_seed",
+                                                                       "test_sample")),
+                              f"{mde(np.sqrt(2) * one.se, one.df):.2f}"])
+    headers = ["procedure", *[f"{t} ({_families(params)[t]})" for t in tasks]]
+    return render_blocks("comparison.md.j2", table=table(headers, rows),
+                         decomposition=table(["task", "pretraining seed", "fine-tuning seed", "test sample",
+                                              "MDE (points)"], decomposition),
+                         seeds=len(params.pretrain.seeds), finetune_seeds=len(params.finetune.seeds))

@@ -1,0 +1,386 @@
+"""Statements about pretraining *procedures*, not checkpoints: intervals, tests and the minimum
+detectable effect over pretraining seeds x fine-tuning seeds x test examples.
+
+A procedure (an objective, random init, a published checkpoint) is run as ``S`` pretraining
+seeds, each fine-tuned with ``F`` fine-tuning seeds, each scored on the same ``N`` test
+examples. Its outcomes are per-example counts ``c[s, f, n, k]`` (:class:`Outcomes`): a metric
+is a function of their sums over examples (accuracy: correct and total; entity-level F1: true
+positives, predictions, gold entities), so a metric that is not a mean over examples is
+recomputed from resampled counts, never averaged per example.
+
+Two ways to judge a difference ``δ = θ_A − θ_B`` of procedure means (``θ``: the metric averaged
+over seeds):
+
+* **The Multi-Bootstrap** (Sellam et al. 2022, MultiBERTs, ICLR, §3 and appendix): ``B`` joint
+  resamples of pretraining seeds, fine-tuning seeds (within each) and test examples, the metric
+  recomputed on each; paired when both procedures share seeds (the same draw for both) and
+  always paired over examples. The percentile interval and the two-sided bootstrap p-value.
+  :func:`multibootstrap`.
+* **The variance-components t interval** (:func:`compare`, the report's rule): the metric
+  linearised into per-example pseudo-values (its first-order expansion around each run's totals,
+  whose mean is the run's metric), then
+  ``Var(δ̂) = V_seed + V_example − V_residual``: the variance of the pretraining-seed means over
+  ``S`` (pretraining and fine-tuning seed noise), plus that of the example means over ``N``
+  (test-sample noise), minus the residual noise both contain once too many (the unbiased
+  variance of a grand mean in a crossed models x examples design), with Welch-Satterthwaite
+  degrees of freedom and a t interval. Joint resampling counts the residual noise twice (it
+  errs conservative when example noise dominates), and a percentile interval over 5 seeds is too
+  narrow when seed noise dominates (the bootstrap variance of a mean of ``S`` is ``(S−1)/S`` of
+  its variance and its quantiles are normal, not t with ``S − 1`` degrees of freedom); this one
+  corrects both. ``tests/test_statistics.py`` measures either's error rates by simulation.
+
+The verdict is *better* or *worse* when the 95% interval excludes 0, else *within noise*; the
+**minimum detectable effect** is ``(t_{0.975} + t_{0.80}) · SE``, the difference this design
+detects with 80% power at α = 0.05. With one pretraining seed the interval is about that
+checkpoint, not the procedure (the fine-tuning seeds are then the replicates); with one of each,
+about that one run, over test examples only. :func:`decompose` splits a procedure's run-to-run
+variance into its pretraining-seed, fine-tuning-seed and test-sample shares.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+from scipy import stats
+
+ALPHA, POWER = 0.05, 0.80
+
+Metric = Callable[[np.ndarray], np.ndarray]
+"""``metric(sums[..., k]) -> values[...]``: a metric from the per-example counts summed over examples."""
+
+
+def mean_of(column: int = 0, total: int = 1, scale: float = 1.0) -> Metric:
+    """A mean over examples (accuracy, exact match, MRC F1): ``scale · Σ c[column] / Σ c[total]``."""
+    return lambda sums: scale * sums[..., column] / np.maximum(sums[..., total], 1e-300)
+
+
+def f1_of(tp: int = 0, predicted: int = 1, gold: int = 2, scale: float = 1.0) -> Metric:
+    """Micro F1 from counts: ``2 TP / (predicted + gold)`` (0 when both are 0): entity-level NER F1,
+    the positive class's F1 of a binary classifier."""
+    return lambda sums: scale * 2 * sums[..., tp] / np.maximum(sums[..., predicted] + sums[..., gold], 1e-300)
+
+
+def macro_f1_of(classes: int, scale: float = 1.0) -> Metric:
+    """The mean over ``classes`` of each class's F1, from counts laid out ``[TP, predicted, gold]``
+    per class (``k = 3 · classes``)."""
+    def metric(sums: np.ndarray) -> np.ndarray:
+        s = sums.reshape(*sums.shape[:-1], classes, 3)
+        return scale * (2 * s[..., 0] / np.maximum(s[..., 1] + s[..., 2], 1e-300)).mean(-1)
+    return metric
+
+
+@dataclass(frozen=True)
+class Outcomes:
+    """One procedure's runs on one task: ``counts[s, f, n, k]`` for pretraining seed ``s``,
+    fine-tuning seed ``f`` and test example ``n`` (the same examples, in the same order, for every
+    run), with the seeds' names (``seeds``: pretraining, ``finetune_seeds``) to pair procedures."""
+
+    counts: np.ndarray
+    metric: Metric
+    seeds: tuple = (0,)
+    finetune_seeds: tuple = (0,)
+
+    def __post_init__(self):
+        if self.counts.ndim != 4 or self.counts.shape[:2] != (len(self.seeds), len(self.finetune_seeds)):
+            raise ValueError(f"counts {self.counts.shape} do not match {len(self.seeds)} pretraining seeds x "
+                             f"{len(self.finetune_seeds)} fine-tuning seeds x examples x counts")
+
+    @property
+    def runs(self) -> np.ndarray:
+        """``[S, F]``: each run's metric on the whole test set."""
+        return self.metric(self.counts.sum(axis=2))
+
+    @property
+    def estimate(self) -> float:
+        """The procedure's mean: its runs' metrics averaged over both seeds."""
+        return float(self.runs.mean())
+
+    def pseudo_values(self) -> np.ndarray:
+        """``[S, F, N]`` per-example values whose mean over ``N`` is each run's metric: the metric's
+        first-order expansion around the run's totals ``T`` (``g(T) + ∇g(T) · (N c_n − T)``),
+        exactly the per-example values for a mean over examples."""
+        n = self.counts.shape[2]
+        totals = self.counts.sum(axis=2)  # [S, F, k]
+        grad = _gradient(self.metric, totals)  # [S, F, k]
+        return self.metric(totals)[..., None] + np.einsum("sfk,sfnk->sfn", grad, n * self.counts - totals[:, :, None])
+
+
+def _gradient(metric: Metric, totals: np.ndarray) -> np.ndarray:
+    """``∂ metric / ∂ totals`` by central differences (the metrics are rational functions of counts)."""
+    k = totals.shape[-1]
+    step = np.maximum(np.abs(totals), 1.0) * 1e-6
+    grad = np.empty_like(totals, dtype=np.float64)
+    for i in range(k):
+        up, down = totals.astype(np.float64).copy(), totals.astype(np.float64).copy()
+        up[..., i] += step[..., i]
+        down[..., i] -= step[..., i]
+        grad[..., i] = (metric(up) - metric(down)) / (2 * step[..., i])
+    return grad
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """``A − B`` on one task: the mean difference, its 95% interval, two-sided p-value, standard
+    error, degrees of freedom, minimum detectable effect and verdict, and what it is about."""
+
+    difference: float
+    low: float
+    high: float
+    p_value: float
+    se: float
+    df: float
+    mde: float
+    paired_seeds: bool
+    replicates: str
+    """``pretraining seeds``, ``fine-tuning seeds`` (one pretraining seed: about that checkpoint)
+    or ``test examples`` (one run: about that run)."""
+
+    @property
+    def verdict(self) -> str:
+        return "better" if self.low > 0 else "worse" if self.high < 0 else "within noise"
+
+
+def _level(o: Outcomes) -> tuple[np.ndarray, str]:
+    """The replicate means of a procedure: per pretraining seed when there are several, else per
+    fine-tuning seed, else the one run."""
+    runs = o.runs
+    if runs.shape[0] > 1:
+        return runs.mean(axis=1), "pretraining seeds"
+    if runs.shape[1] > 1:
+        return runs[0], "fine-tuning seeds"
+    return runs.reshape(1), "test examples"
+
+
+def _residual(x: np.ndarray) -> float:
+    """The residual mean square of the runs x examples table ``x[m, n]`` (two-way, no replication)."""
+    m, n = x.shape
+    if m < 2 or n < 2:
+        return 0.0
+    r = x - x.mean(1, keepdims=True) - x.mean(0, keepdims=True) + x.mean()
+    return float((r ** 2).sum() / ((m - 1) * (n - 1)))
+
+
+def compare(a: Outcomes, b: Outcomes, alpha: float = ALPHA) -> Comparison:
+    """``a − b`` with the variance-components t interval (module docstring).
+
+    Paired over pretraining (and fine-tuning) seeds when both procedures name the same seeds
+    (then the seed-level variance is that of the paired differences); always paired over test
+    examples.
+
+    Raises:
+        ValueError: the two do not score the same number of test examples.
+    """
+    if a.counts.shape[2] != b.counts.shape[2]:
+        raise ValueError(f"different test sets: {a.counts.shape[2]} and {b.counts.shape[2]} examples")
+    xa, xb = a.pseudo_values(), b.pseudo_values()
+    paired = a.seeds == b.seeds and a.finetune_seeds == b.finetune_seeds
+    la, what = _level(a)
+    lb, what_b = _level(b)
+    if paired:
+        d = la - lb
+        v_seed, df_seed = (d.var(ddof=1) / len(d), len(d) - 1) if len(d) > 1 else (0.0, np.inf)
+        residual = _residual((xa - xb).reshape(-1, xa.shape[2])) / (xa.shape[0] * xa.shape[1] * xa.shape[2])
+    else:
+        parts = [(lv.var(ddof=1) / len(lv), len(lv) - 1) for lv in (la, lb) if len(lv) > 1]
+        v_seed = sum(v for v, _ in parts)
+        df_seed = v_seed ** 2 / sum(v ** 2 / d for v, d in parts) if parts and v_seed > 0 else np.inf
+        what = what if len(la) >= len(lb) else what_b
+        residual = sum(_residual(x.reshape(-1, x.shape[2])) / (x.shape[0] * x.shape[1] * x.shape[2])
+                       for x in (xa, xb))
+    # the example means, averaged over every run of each procedure: test-sample noise
+    e = xa.mean(axis=(0, 1)) - xb.mean(axis=(0, 1))
+    v_example, df_example = e.var(ddof=1) / len(e), len(e) - 1
+    variance = max(v_seed + v_example - residual, v_example if v_seed == 0 else 0.0, 1e-300)
+    terms = [(v, d) for v, d in ((v_seed, df_seed), (v_example, df_example)) if v > 0 and np.isfinite(d)]
+    df = variance ** 2 / sum(v ** 2 / d for v, d in terms) if terms else np.inf
+    df = float(min(max(df, 1.0), 1e6))
+    se = float(np.sqrt(variance))
+    diff = a.estimate - b.estimate
+    t = stats.t.ppf(1 - alpha / 2, df)
+    p = float(2 * stats.t.sf(abs(diff) / se, df)) if se > 0 else float(diff == 0)
+    return Comparison(diff, diff - t * se, diff + t * se, p, se, df, mde(se, df, alpha), paired,
+                      what if (la.size > 1 or lb.size > 1) else "test examples")
+
+
+def mde(se: float, df: float, alpha: float = ALPHA, power: float = POWER) -> float:
+    """The minimum detectable effect: the true difference a two-sided test at level ``alpha``
+    rejects with probability ``power``, ``(t_{1−α/2} + t_{power}) · SE`` (same units as ``se``)."""
+    return float((stats.t.ppf(1 - alpha / 2, df) + stats.t.ppf(power, df)) * se)
+
+
+def multibootstrap(a: Outcomes, b: Outcomes, draws: int = 1000, seed: int = 0,
+                   alpha: float = ALPHA) -> Comparison:
+    """``a − b`` by the Multi-Bootstrap (module docstring): each of ``draws`` resamples draws the
+    test examples (multinomial weights, shared by both procedures), the pretraining seeds and,
+    within each, the fine-tuning seeds (shared when the procedures share seeds), recomputes each
+    run's metric from the weighted counts and averages over the drawn runs. Percentile interval;
+    two-sided p-value ``2 · min(P*(δ ≤ 0), P*(δ ≥ 0))``."""
+    rng = np.random.default_rng(seed)
+    n = a.counts.shape[2]
+    weights = rng.multinomial(n, np.full(n, 1.0 / n), size=draws).astype(np.float64)  # [B, N]
+    paired = a.seeds == b.seeds and a.finetune_seeds == b.finetune_seeds
+
+    def draw_runs(o: Outcomes, picks=None):
+        runs = o.metric(np.einsum("bn,sfnk->bsfk", weights, o.counts))  # [B, S, F]
+        s, f = runs.shape[1:]
+        if picks is None:
+            picks = rng.integers(0, s, (draws, s)), rng.integers(0, f, (draws, s, f))
+        ps, pf = picks
+        drawn = runs[np.arange(draws)[:, None, None], ps[:, :, None], pf]
+        return drawn.mean(axis=(1, 2)), picks
+
+    ta, picks = draw_runs(a)
+    tb, _ = draw_runs(b, picks if paired else None)
+    delta = ta - tb
+    low, high = np.quantile(delta, [alpha / 2, 1 - alpha / 2])
+    p = float(min(1.0, 2 * min((delta <= 0).mean(), (delta >= 0).mean())))
+    se = float(delta.std(ddof=1))
+    return Comparison(a.estimate - b.estimate, float(low), float(high), p, se, np.inf, mde(se, np.inf, alpha),
+                      paired, _level(a)[1])
+
+
+def example_bootstrap(a: Outcomes, b: Outcomes, draws: int = 1000, seed: int = 0, alpha: float = ALPHA) -> Comparison:
+    """``a − b`` of the first run of each (one checkpoint pair, one fine-tuning seed) by a bootstrap
+    over test examples alone: what a comparison of two checkpoints says when it takes them for
+    the procedures (the error this module exists to avoid; the tests measure its rate)."""
+    first = [Outcomes(o.counts[:1, :1], o.metric) for o in (a, b)]
+    return multibootstrap(*first, draws=draws, seed=seed, alpha=alpha)
+
+
+@dataclass(frozen=True)
+class Decomposition:
+    """Variance of one run's score (one pretraining seed, one fine-tuning seed, one test sample of
+    ``N``), split into what each source contributes (metric units squared), and their shares."""
+
+    pretraining_seed: float
+    finetuning_seed: float
+    test_sample: float
+
+    @property
+    def shares(self) -> dict[str, float]:
+        total = self.pretraining_seed + self.finetuning_seed + self.test_sample
+        return {k: (v / total if total > 0 else float("nan")) for k, v in
+                (("pretraining_seed", self.pretraining_seed), ("finetuning_seed", self.finetuning_seed),
+                 ("test_sample", self.test_sample))}
+
+
+def decompose(o: Outcomes) -> Decomposition:
+    """Method-of-moments variance components of a procedure's run scores (a nested ANOVA of the
+    runs' metrics, fine-tuning seeds within pretraining seeds, with the runs' per-example noise
+    taken out: the residual of the runs x examples table over ``N``); the test-sample variance of a
+    run is ``Var_n / N`` of its pseudo-values, averaged over runs. A component the design cannot
+    estimate (one seed of that kind) is 0; negative estimates are clipped to 0."""
+    runs, x = o.runs, o.pseudo_values()
+    s, f, n = x.shape
+    test = float(x.var(axis=2, ddof=1).mean() / n)
+    noise = _residual(x.reshape(-1, n)) / n  # each run's own example noise, shared by no other run
+    within = float(runs.var(axis=1, ddof=1).mean()) if f > 1 else 0.0
+    between = float(runs.mean(axis=1).var(ddof=1)) if s > 1 else 0.0
+    finetuning = max(within - noise, 0.0) if f > 1 else 0.0
+    pretraining = max(between - within / f, 0.0) if s > 1 else 0.0
+    return Decomposition(pretraining, finetuning, test)
+
+
+# --------------------------------------------------------------------------- the design's error rates
+
+
+def expit(x):
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+@dataclass(frozen=True)
+class Design:
+    """A simulated design: accuracy runs whose logit is ``mean + effect·[A] + a_s + b_sf + c_n``
+    (``a``: pretraining seed, ``b``: fine-tuning seed, ``c``: example, all normal; the Bernoulli draw
+    adds each run's own noise), ``seeds`` x ``finetune_seeds`` runs per procedure on ``examples``."""
+
+    seeds: int = 5
+    finetune_seeds: int = 3
+    examples: int = 1000
+    mean: float = 1.2
+    seed_sd: float = 0.1
+    finetune_sd: float = 0.06
+    example_sd: float = 1.5
+
+    def true_accuracy(self, effect: float = 0.0, draws: int = 2_000_000) -> float:
+        """The procedure mean over the population of seeds and examples (Monte Carlo, fixed draws)."""
+        rng = np.random.default_rng(12345)
+        sd = np.sqrt(self.seed_sd ** 2 + self.finetune_sd ** 2 + self.example_sd ** 2)
+        return float(expit(self.mean + effect + sd * rng.standard_normal(draws)).mean())
+
+    def draw(self, rng: np.random.Generator, effect: float = 0.0, paired: bool = True) -> tuple[Outcomes, Outcomes]:
+        """One comparison: procedure A (with ``effect`` on the logit scale) against B on shared examples."""
+        c = self.example_sd * rng.standard_normal(self.examples)
+        out = []
+        for shift, names in ((effect, range(self.seeds)), (0.0, range(self.seeds) if paired else
+                                                             range(100, 100 + self.seeds))):
+            a = self.seed_sd * rng.standard_normal((self.seeds, 1, 1))
+            b = self.finetune_sd * rng.standard_normal((self.seeds, self.finetune_seeds, 1))
+            logit = self.mean + shift + a + b + c
+            correct = rng.random((self.seeds, self.finetune_seeds, self.examples)) < expit(logit)
+            counts = np.stack([correct, np.ones_like(correct)], axis=-1).astype(np.float64)
+            out.append(Outcomes(counts, mean_of(), tuple(names), tuple(range(self.finetune_seeds))))
+        return out[0], out[1]
+
+
+def error_rates(design: Design, method: Callable[[Outcomes, Outcomes], Comparison], comparisons: int,
+                effect: float = 0.0, paired: bool = True, seed: int = 0) -> dict:
+    """Over ``comparisons`` simulated comparisons with true logit ``effect``: how often the 95%
+    interval excludes 0 (the false-positive rate under no effect, the power under one) and how
+    often it covers the true difference of procedure means; and the median standard error and MDE."""
+    rng = np.random.default_rng(seed)
+    truth = design.true_accuracy(effect) - design.true_accuracy(0.0)
+    results = [method(*design.draw(rng, effect, paired)) for _ in range(comparisons)]
+    return {"comparisons": comparisons, "true_difference": truth,
+            "rejected": float(np.mean([r.low > 0 or r.high < 0 for r in results])),
+            "covered": float(np.mean([r.low <= truth <= r.high for r in results])),
+            "median_se": float(np.median([r.se for r in results])),
+            "median_mde": float(np.median([r.mde for r in results]))}
+
+
+def effect_for(design: Design, difference: float) -> float:
+    """The logit effect whose true difference of procedure means is ``difference`` (bisection)."""
+    lo, hi = 0.0, 5.0
+    base = design.true_accuracy(0.0)
+    for _ in range(40):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if design.true_accuracy(mid, 200_000) - base < difference else (lo, mid)
+    return (lo + hi) / 2
+
+
+def from_runs(a: list[float], b: list[float], paired: bool, replicates: str = "fine-tuning seeds",
+              alpha: float = ALPHA) -> Comparison:
+    """``mean(a) − mean(b)`` of per-run scores when no per-example outcomes exist (e.g. students
+    and pruned models, scored per seed only): a t interval over the paired differences (runs of
+    the same seeds) or Welch's. Test-sample noise is in each run's score but not apart from it.
+
+    Raises:
+        ValueError: fewer than 2 runs on a side (nothing to estimate a variance from), or paired
+            runs of different counts.
+    """
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    if paired:
+        if len(a) != len(b) or len(a) < 2:
+            raise ValueError(f"paired runs need the same count, at least 2: {len(a)} and {len(b)}")
+        d = a - b
+        se, df = float(d.std(ddof=1) / np.sqrt(len(d))), float(len(d) - 1)
+    else:
+        if min(len(a), len(b)) < 2:
+            raise ValueError(f"at least 2 runs a side: {len(a)} and {len(b)}")
+        va, vb = a.var(ddof=1) / len(a), b.var(ddof=1) / len(b)
+        se = float(np.sqrt(va + vb))
+        df = float((va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))) if va + vb > 0 else np.inf
+    diff = float(a.mean() - b.mean())
+    t = stats.t.ppf(1 - alpha / 2, df) if np.isfinite(df) else stats.norm.ppf(1 - alpha / 2)
+    p = float(2 * stats.t.sf(abs(diff) / se, df)) if se > 0 else float(diff == 0)
+    return Comparison(diff, diff - t * se, diff + t * se, p, se, df, mde(se, df, alpha) if se > 0 else 0.0,
+                      paired, replicates)
+
+
+def interval(o: Outcomes, alpha: float = ALPHA) -> Comparison:
+    """The procedure mean of ``o`` with its 95% interval (:func:`compare` against nothing)."""
+    zero = Outcomes(np.zeros_like(o.counts[..., :1]), lambda sums: np.zeros(sums.shape[:-1]), o.seeds,
+                    o.finetune_seeds)
+    return compare(o, zero, alpha)

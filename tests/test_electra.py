@@ -1,0 +1,129 @@
+"""ELECTRA's replaced-token detection: the discriminator's targets (a sample equal to the original
+counts as original), one embedding tensor for generator and discriminator, no gradient through the
+sampling into the generator, the generator's size, the export Hugging Face loads with the pipeline's
+logits, and the ``mlm_flops`` budget: ELECTRA spends an MLM's FLOPs, to within one step."""
+
+import numpy as np
+import pytest
+import torch
+from transformers import AutoModel, ElectraForMaskedLM, ElectraForPreTraining
+
+from tasks.core.params import ModelSize, Rtd
+from tasks.pretraining.modeling import (GENERATOR_DIR, PretrainingModel, bert_config, electra_configs, new_electra,
+                                        new_masked_lm, replace_tokens, save_pretrained)
+from tasks.pretraining.pretrain import equal_flops_steps, train
+from tasks.training.batching import BatchSchedule
+from tests.test_pretrain import cfg, tiny_data
+
+SIZE = ModelSize(hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32,
+                 hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, sinusoidal_position_amplitude=0.0)
+
+
+def tiny_electra(seed=0):
+    return new_electra(SIZE, Rtd(generator_size=0.5), 60, 32, 0, seed)
+
+
+def test_a_sample_equal_to_the_original_counts_as_original():
+    ids = torch.tensor([[2, 4, 4, 9, 3]])  # [CLS] [MASK] [MASK] x [SEP]
+    rows, cols = torch.tensor([0, 0]), torch.tensor([1, 2])
+    labels, sampled = torch.tensor([7, 8]), torch.tensor([7, 5])  # the first sample is the original
+    corrupted, replaced = replace_tokens(ids, rows, cols, sampled, labels)
+    assert corrupted.tolist() == [[2, 7, 5, 9, 3]]
+    assert replaced.tolist() == [[False, False, True, False, False]]
+
+
+def test_generator_and_discriminator_share_one_embedding_tensor():
+    model = tiny_electra()
+    d, g = model.discriminator.electra.embeddings, model.generator.electra.embeddings
+    assert g is d
+    for name in ("word_embeddings", "position_embeddings", "token_type_embeddings"):
+        assert getattr(g, name).weight is getattr(d, name).weight
+    assert model.generator.generator_lm_head.weight is d.word_embeddings.weight  # the output layer, tied
+    assert sum(p.numel() for p in model.parameters()) < sum(p.numel() for m in model.saved().values()
+                                                             for p in m.parameters())  # counted once
+
+
+def batch_of(data, n=8):
+    return data.batch(np.arange(n))
+
+
+def test_no_gradient_reaches_the_generator_through_the_sampling():
+    model, data = tiny_electra(), tiny_data()
+    mlm_loss, rtd_loss, parts = model.losses(batch_of(data))
+    rtd_loss.backward()
+    generator_own = [p for n, p in model.generator.named_parameters() if "embeddings" not in n]
+    assert generator_own and all(p.grad is None for p in generator_own)
+    assert model.discriminator.electra.encoder.layer[0].attention.self.query.weight.grad.abs().sum() > 0
+    assert model.discriminator.electra.embeddings.word_embeddings.weight.grad.abs().sum() > 0  # shared: from RTD
+    model.zero_grad()
+    mlm_loss.backward()  # the generator learns from its MLM loss only
+    assert all(p.grad is not None for p in generator_own)
+    assert 0 <= parts["rtd_correct"] <= int(batch_of(data)["attention_mask"].sum())
+
+
+def test_the_loss_is_mlm_plus_lambda_times_rtd():
+    model, data = tiny_electra(), tiny_data()
+    torch.manual_seed(3)
+    mlm_loss, rtd_loss, _ = model.losses(batch_of(data))
+    torch.manual_seed(3)
+    loss, _ = model(batch_of(data))
+    torch.testing.assert_close(loss, mlm_loss + 50.0 * rtd_loss)
+
+
+@pytest.mark.parametrize("size, generator", [
+    ((128, 2, 512), (32, 1, 128)),     # the default tiny model: a quarter, at least one head
+    ((768, 12, 3072), (192, 3, 768)),  # BERT-base
+    ((256, 4, 1024), (64, 1, 256)),    # ELECTRA-Small's generator (hidden 64)
+])
+def test_generator_has_a_quarter_of_the_discriminators_width(size, generator):
+    h, a, i = size
+    model_size = SIZE.model_copy(update=dict(hidden_size=h, num_attention_heads=a, intermediate_size=i))
+    disc, gen = electra_configs(model_size, 0.25, 100, 128)
+    assert (disc.hidden_size, disc.num_attention_heads, disc.intermediate_size) == size
+    assert (gen.hidden_size, gen.num_attention_heads, gen.intermediate_size) == generator
+    assert gen.embedding_size == disc.embedding_size == h and gen.num_hidden_layers == disc.num_hidden_layers
+
+
+def test_the_export_loads_with_auto_model_and_gives_the_pipelines_logits(tmp_path):
+    from transformers import BertTokenizerFast
+
+    from tests.test_init_from import VOCAB
+
+    model, data = tiny_electra(), tiny_data()
+    tokenizer = BertTokenizerFast(vocab_file=str(VOCAB))
+    save_pretrained(model, tokenizer, tmp_path)
+    model.eval()
+    ids = batch_of(data)["input_ids"]
+    with torch.no_grad():
+        assert type(AutoModel.from_pretrained(tmp_path)).__name__ == "ElectraModel"
+        torch.testing.assert_close(ElectraForPreTraining.from_pretrained(tmp_path).eval()(input_ids=ids).logits,
+                                   model.discriminator(input_ids=ids).logits)
+        generator = ElectraForMaskedLM.from_pretrained(tmp_path / GENERATOR_DIR).eval()
+        torch.testing.assert_close(generator(input_ids=ids).logits, model.generator(input_ids=ids).logits)
+
+
+def test_mlm_flops_budget_gives_electra_the_flops_of_mlm_within_one_step(tmp_path):
+    data = tiny_data(n=200)
+    mlm = PretrainingModel(new_masked_lm(bert_config(SIZE, 60, 32), 0))
+    electra = tiny_electra()
+    budget = cfg(token_budget=5000, checkpoint_every=1000)
+    runs = {name: train.fn(model, data, budget, seed=1, device=torch.device("cpu"), checkpoint=tmp_path / f"{name}.pt",
+                           fingerprint=name, log=lambda _: None, equal_flops=name == "electra")
+            for name, model in (("mlm", mlm), ("electra", electra))}
+    step = max(electra.flops(data.lengths[i], int(data.predictions[i].sum()))
+               for i in map(BatchSchedule(data.lengths, 4, 1), range(runs["electra"]["steps"])))
+    assert abs(runs["electra"]["flops"] - runs["mlm"]["flops"]) <= step
+    assert runs["electra"]["steps"] < runs["mlm"]["steps"]  # a generator costs FLOPs: fewer steps for the same
+    assert equal_flops_steps(mlm, data, BatchSchedule(data.lengths, 4, 1), runs["mlm"]["steps"]) == runs["mlm"]["steps"]
+
+
+def test_the_held_out_rtd_measure_is_seeded_and_scores_every_token():
+    from tasks.pretraining.heldout import evaluate_rtd
+
+    model, data = tiny_electra(), tiny_data()
+    ids, offsets = np.concatenate(data.ids), data.id_offsets[0]
+    kwargs = dict(lang="x", seed=3, mask_token_id=3, masked_lm_prob=0.15, max_predictions=5,
+                  device=torch.device("cpu"))
+    first = evaluate_rtd(model.discriminator, model.generator, ids, offsets, **kwargs)
+    assert first == evaluate_rtd(model.discriminator, model.generator, ids, offsets, **kwargs)
+    assert first["tokens"] == len(ids) and 0 <= first["rtd_accuracy"] <= 1 and first["rtd_loss"] > 0

@@ -1,0 +1,96 @@
+"""The report's statistics (tasks/report/statistics.py): metrics from counts, pseudo-values,
+and, by simulation at the study's seed counts, the error rates of the verdict rule (at most 7%
+false positives under no effect, at least 93% coverage, about 80% power at the reported MDE)
+against the Multi-Bootstrap and a bootstrap over one checkpoint pair's test examples."""
+
+import numpy as np
+import pytest
+from scipy import stats
+from sklearn.metrics import f1_score
+
+from tasks.report.statistics import (Design, Outcomes, compare, decompose, effect_for, error_rates, example_bootstrap,
+                                     f1_of, macro_f1_of, mean_of, multibootstrap)
+
+# the study's shape (5 pretraining seeds x 3 fine-tuning seeds x 1,000 test examples) in two regimes:
+# test-sample noise dominating (as on LCQMC and the MRC task), and pretraining-seed noise dominating
+EXAMPLES_DOMINATE = Design(seeds=5, finetune_seeds=3, examples=1000, seed_sd=0.1, finetune_sd=0.06)
+SEEDS_DOMINATE = Design(seeds=5, finetune_seeds=3, examples=1000, seed_sd=0.3, finetune_sd=0.1)
+
+
+def test_metrics_from_counts_match_the_libraries():
+    rng = np.random.default_rng(0)
+    gold, pred = rng.integers(0, 3, 200), rng.integers(0, 3, 200)
+    counts = np.stack([np.stack([(pred == c) & (gold == c), pred == c, gold == c], -1) for c in range(3)], 1)
+    counts = counts.reshape(200, 9).astype(float)
+    assert macro_f1_of(3)(counts.sum(0)) == pytest.approx(f1_score(gold, pred, average="macro"))
+    binary = np.stack([(pred == 1) & (gold == 1), pred == 1, gold == 1], -1).astype(float)
+    assert f1_of()(binary.sum(0)) == pytest.approx(f1_score(gold == 1, pred == 1))
+    assert mean_of(scale=100)(np.array([30.0, 40.0])) == pytest.approx(75.0)
+
+
+def test_pseudo_values_average_to_each_runs_metric():
+    rng = np.random.default_rng(1)
+    counts = rng.integers(0, 4, (2, 3, 50, 3)).astype(float)  # entity counts: TP, predicted, gold
+    counts[..., 0] = np.minimum(counts[..., 0], np.minimum(counts[..., 1], counts[..., 2]))
+    o = Outcomes(counts, f1_of(), (1, 2), (1, 2, 3))
+    assert np.allclose(o.pseudo_values().mean(axis=2), o.runs)
+
+
+def test_one_run_each_reduces_to_the_bootstrap_over_test_examples():
+    rng = np.random.default_rng(2)
+    a, b = SEEDS_DOMINATE.draw(rng)
+    one = [Outcomes(o.counts[:1, :1], o.metric) for o in (a, b)]
+    t, boot = compare(*one), multibootstrap(*one, draws=4000)
+    assert t.replicates == "test examples" and t.se == pytest.approx(boot.se, rel=0.1)
+
+
+def test_with_one_pretraining_seed_the_fine_tuning_seeds_are_the_replicates():
+    rng = np.random.default_rng(3)
+    a, b = SEEDS_DOMINATE.draw(rng)
+    one = [Outcomes(o.counts[:1], o.metric, o.seeds[:1], o.finetune_seeds) for o in (a, b)]
+    assert compare(*one).replicates == "fine-tuning seeds" and compare(a, b).replicates == "pretraining seeds"
+
+
+def test_paired_seed_level_matches_a_hand_computed_t_interval():
+    """Without example noise (every example alike) the interval is the paired t interval of the seed means."""
+    rng = np.random.default_rng(4)
+    acc_a, acc_b = rng.uniform(0.6, 0.8, (4, 1)), rng.uniform(0.6, 0.8, (4, 1))
+
+    def outcomes(acc):
+        correct = np.broadcast_to(acc[:, :, None], (4, 1, 10))
+        return Outcomes(np.stack([correct, np.ones_like(correct)], -1), mean_of(), (1, 2, 3, 4), (1,))
+
+    result = compare(outcomes(acc_a), outcomes(acc_b))
+    d = (acc_a - acc_b).ravel()
+    t = stats.t.ppf(0.975, 3) * d.std(ddof=1) / 2
+    assert result.difference == pytest.approx(d.mean())
+    assert (result.low, result.high) == pytest.approx((d.mean() - t, d.mean() + t))
+
+
+@pytest.mark.parametrize("design", [EXAMPLES_DOMINATE, SEEDS_DOMINATE], ids=["examples-dominate", "seeds-dominate"])
+@pytest.mark.parametrize("paired", [True, False], ids=["paired", "unpaired"])
+def test_the_verdict_rule_keeps_its_error_rates(design, paired):
+    null = error_rates(design, compare, 1000, paired=paired, seed=5)
+    assert null["rejected"] <= 0.07 and null["covered"] >= 0.93
+    effect = error_rates(design, compare, 1000, effect=0.2, paired=paired, seed=6)
+    assert effect["covered"] >= 0.93
+    # power against a true difference as large as the MDE the design reports: about 80%
+    power = error_rates(design, compare, 1000, effect=effect_for(design, null["median_mde"]), paired=paired, seed=7)
+    assert 0.70 <= power["rejected"] <= 0.90
+
+
+def test_the_percentile_multibootstrap_is_too_narrow_over_five_seeds_and_one_checkpoint_pair_far_worse():
+    multi = error_rates(SEEDS_DOMINATE, lambda a, b: multibootstrap(a, b, draws=200), 300, seed=8)
+    one_pair = error_rates(SEEDS_DOMINATE, lambda a, b: example_bootstrap(a, b, draws=200), 300, seed=8)
+    corrected = error_rates(SEEDS_DOMINATE, compare, 300, seed=8)
+    assert multi["rejected"] > 0.08 > corrected["rejected"]  # the correction is needed where seeds dominate
+    assert one_pair["rejected"] > 0.25  # a checkpoint pair taken for the procedures
+
+
+def test_variance_decomposition_recovers_the_simulated_components():
+    design = Design(seeds=30, finetune_seeds=3, examples=2000, seed_sd=0.3, finetune_sd=0.15)
+    a, _ = design.draw(np.random.default_rng(9))
+    shares = decompose(a).shares
+    # on the logit scale the seed sd is twice the fine-tuning one: about 4x its variance
+    assert shares["pretraining_seed"] > 2 * shares["finetuning_seed"] > 0
+    assert 0 < shares["test_sample"] < 1 and sum(shares.values()) == pytest.approx(1)
