@@ -263,11 +263,12 @@ def _span_of_tokens(word_ids: np.ndarray, start_of_word: np.ndarray, out: np.nda
 
 
 @njit(cache=True)
-def _select_ngrams_rows(word_ids: np.ndarray, budget: np.ndarray, priority: np.ndarray, draws: np.ndarray,
-                        cdf: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """:func:`select_ngrams` given the draws: ``priority`` and ``draws`` ``float64 [N, W]`` (one
-    per word, and one per visit for its span length), ``cdf`` the cumulative ``ngram_probs``.
-    Returns :class:`Spans`' ``start``, ``words`` and ``drawn``."""
+def _select_spans_rows(word_ids: np.ndarray, budget: np.ndarray, priority: np.ndarray, draws: np.ndarray,
+                       cdf: np.ndarray, spanbert: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`select_ngrams` (ALBERT's rules) or, with ``spanbert``, :func:`select_spans` given the
+    draws: ``priority`` and ``draws`` ``float64 [N, W]`` (one per word, and one per visit for its span
+    length), ``cdf`` the cumulative length probabilities. Returns :class:`Spans`' ``start``, ``words``
+    and ``drawn``."""
     n_rows, width = word_ids.shape
     n_words_max, k = priority.shape[1], len(cdf)
     start_of = np.full((n_rows, width), -1, dtype=np.int32)
@@ -286,69 +287,37 @@ def _select_ngrams_rows(word_ids: np.ndarray, budget: np.ndarray, priority: np.n
         while total < budget[r] and lo < 1.0:
             for q in range(_visits_between(priority[r], lengths, lo, lo + step, units, keys)):
                 start = units[q]
-                room = min(max(n_words - start, 1), k)  # the longest span inside the row
-                v = draws[r, visit] * cdf[room - 1]  # renormalised over 1..room
-                visit += 1
-                n = 1
-                for e in range(k):
-                    n += v >= cdf[e]
-                n = min(n, room)
-                wanted = n
-                while n > 0 and cum[start + n] - cum[start] > budget[r] - total:
-                    n -= 1  # shorten to fit the budget
-                free = n > 0
-                for w in range(start, start + n):
-                    free &= start_of_word[w] < 0
+                if spanbert:
+                    if start_of_word[start] >= 0:
+                        continue  # an anchor already masked is drawn again
+                    v = draws[r, visit]
+                    visit += 1
+                    wanted = 1
+                    for e in range(k - 1):
+                        wanted += v >= cdf[e]
+                    n = 0  # the span ends at the row's end, at a chosen word or at the budget
+                    while n < wanted and start + n < n_words and start_of_word[start + n] < 0 \
+                            and cum[start + n + 1] - cum[start] <= budget[r] - total:
+                        n += 1
+                    free = n > 0
+                else:
+                    room = min(max(n_words - start, 1), k)  # the longest span inside the row
+                    v = draws[r, visit] * cdf[room - 1]  # renormalised over 1..room
+                    visit += 1
+                    n = 1
+                    for e in range(k):
+                        n += v >= cdf[e]
+                    n = min(n, room)
+                    wanted = n
+                    while n > 0 and cum[start + n] - cum[start] > budget[r] - total:
+                        n -= 1  # shorten to fit the budget
+                    free = n > 0
+                    for w in range(start, start + n):
+                        free &= start_of_word[w] < 0  # skip a span over a chosen word
                 if free:
                     start_of_word[start:start + n] = start
                     total += cum[start + n] - cum[start]
                     spans[n_spans], drawn[n_spans] = n, wanted
-                    n_spans += 1
-                    if total == budget[r]:
-                        break
-            lo += step
-        _span_of_tokens(word_ids[r], start_of_word, start_of[r])
-    return start_of, spans[:n_spans], drawn[:n_spans]
-
-
-@njit(cache=True)
-def _select_spans_rows(word_ids: np.ndarray, budget: np.ndarray, priority: np.ndarray, draws: np.ndarray,
-                       cdf: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """:func:`select_spans` given the draws (as :func:`_select_ngrams_rows`, ``cdf`` the cumulative
-    clipped geometric law). Returns :class:`Spans`' ``start``, ``words`` and ``drawn``."""
-    n_rows, width = word_ids.shape
-    n_words_max, k = priority.shape[1], len(cdf)
-    start_of = np.full((n_rows, width), -1, dtype=np.int32)
-    lengths, units = np.empty(n_words_max, np.int64), np.empty(n_words_max, np.int64)
-    keys, start_of_word = np.empty(n_words_max), np.empty(n_words_max, np.int32)
-    cum = np.zeros(n_words_max + 1, np.int64)
-    spans, drawn = np.empty(max(budget.sum(), 0), np.int64), np.empty(max(budget.sum(), 0), np.int64)
-    n_spans = 0
-    for r in range(n_rows):
-        if budget[r] <= 0:
-            continue
-        n_tokens, n_words = _row_words(word_ids[r], lengths, cum)
-        step = _window(budget[r], n_tokens)
-        start_of_word[:] = -1
-        total, visit, lo = 0, 0, 0.0
-        while total < budget[r] and lo < 1.0:
-            for q in range(_visits_between(priority[r], lengths, lo, lo + step, units, keys)):
-                start = units[q]
-                if start_of_word[start] >= 0:
-                    continue  # SpanBERT: an anchor already masked is drawn again
-                v = draws[r, visit]
-                visit += 1
-                n = 1
-                for e in range(k - 1):
-                    n += v >= cdf[e]
-                m = 0  # the span ends at the row's end, at a chosen word or at the budget
-                while m < n and start + m < n_words and start_of_word[start + m] < 0 \
-                        and total + lengths[start + m] <= budget[r]:
-                    total += lengths[start + m]
-                    start_of_word[start + m] = start
-                    m += 1
-                if m > 0:
-                    spans[n_spans], drawn[n_spans] = m, n
                     n_spans += 1
                     if total == budget[r]:
                         break
@@ -436,7 +405,7 @@ def select_ngrams(word_ids: np.ndarray, budget: np.ndarray, rng: np.random.Gener
        one word does not fit, skip this start;
     4. skip the span if any of its words is already chosen; otherwise choose it.
 
-    A compiled loop per row (:func:`_select_ngrams_rows`); the ``j``-th visit of a row
+    A compiled loop per row (:func:`_select_spans_rows`); the ``j``-th visit of a row
     draws its length from the ``j``-th of the row's length draws.
 
     Args:
@@ -447,7 +416,7 @@ def select_ngrams(word_ids: np.ndarray, budget: np.ndarray, rng: np.random.Gener
     Returns:
         :class:`Spans`.
     """
-    return _spans(_select_ngrams_rows, word_ids, budget, rng, ngram_probs)
+    return _spans(word_ids, budget, rng, ngram_probs, spanbert=False)
 
 
 def select_spans(word_ids: np.ndarray, budget: np.ndarray, rng: np.random.Generator,
@@ -468,19 +437,19 @@ def select_spans(word_ids: np.ndarray, budget: np.ndarray, rng: np.random.Genera
     Returns:
         :class:`Spans`.
     """
-    return _spans(_select_spans_rows, word_ids, budget, rng, span_probs)
+    return _spans(word_ids, budget, rng, span_probs, spanbert=True)
 
 
-def _spans(kernel, word_ids: np.ndarray, budget: np.ndarray, rng: np.random.Generator,
-           probs: tuple[float, ...]) -> Spans:
+def _spans(word_ids: np.ndarray, budget: np.ndarray, rng: np.random.Generator, probs: tuple[float, ...],
+           spanbert: bool) -> Spans:
     n_words_max = int(word_ids.max(initial=-1)) + 1
     if n_words_max == 0:
         empty = np.zeros(0, dtype=np.int64)
         return Spans(np.full(word_ids.shape, -1, dtype=np.int32), empty, empty)
     priority = rng.random((len(word_ids), n_words_max))
     draws = rng.random((len(word_ids), n_words_max))
-    return Spans(*kernel(word_ids, np.asarray(budget, dtype=np.int64), priority, draws,
-                         np.cumsum(probs, dtype=np.float64)))
+    return Spans(*_select_spans_rows(word_ids, np.asarray(budget, dtype=np.int64), priority, draws,
+                                     np.cumsum(probs, dtype=np.float64), spanbert))
 
 
 def unit_ids_for(scheme: str, word_ids: np.ndarray) -> np.ndarray:
