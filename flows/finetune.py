@@ -34,7 +34,7 @@ from tasks.training.seeds import map_seeds
 def finetune(model_name: str, task_name: str) -> None:
     params = load_params()
     cfg, spec = params.finetune, params.task(task_name)
-    training, family = cfg.for_task(spec), FAMILIES[spec.family]
+    training, family = params.finetune_training(model_name, task_name), FAMILIES[spec.family]
     model_dir = paths.model_dir(model_name)
     tokenizer = load_tokenizer(model_dir)
     check_weights(model_dir)  # fail before encoding the task, not at the first seed

@@ -191,7 +191,7 @@ def test_bad_folders_are_clear_errors(checkpoints, tokenizer, tmp_path):
 
 
 def test_resolve_init_from_names(checkpoints, tmp_path, monkeypatch, raw):
-    raw["hub_models"] = {"m3e": {"path": "/nowhere", "licence": "research"}}
+    raw["hub_models"] = {"m3e": {"path": "/nowhere", "licence": "research", "training": {}}}
     raw["finetune"]["baselines"] = []
     params = load_params(write(tmp_path, raw))
     models = tmp_path / "models"

@@ -129,11 +129,11 @@ def test_finetune_names_missing_split(good, tmp_path, monkeypatch):
     class Cfg:
         baselines, seeds = [], [0]
 
-        def for_task(self, spec):
-            return None
-
     class Params:
         finetune, finetune_models = Cfg(), ["bert"]
+
+        def finetune_training(self, model_name, task_name):
+            return None
 
         def task(self, name):
             return type("Spec", (), {"family": "classification", "metrics": ["accuracy"]})()

@@ -122,6 +122,22 @@ def test_task_training_overrides(tmp_path, raw):
         load_params(write(tmp_path, raw))
 
 
+def test_a_published_models_recipe_overrides_the_task_and_finetune(tmp_path, raw):
+    """finetune.training < tasks.<t>.training < hub_models.<m>.training, for that model only."""
+    raw["tasks"]["msra_ner"]["training"]["learning_rate"] = 3e-3
+    raw["hub_models"]["albert_tiny"]["training"] = {"learning_rate": 1e-4, "epochs": 2}
+    params = load_params(write(tmp_path, raw))
+    tiny, own = params.finetune_training("albert_tiny", "msra_ner"), params.finetune_training("mlm-42", "msra_ner")
+    assert (tiny.learning_rate, tiny.epochs, tiny.max_seq_length) == (1e-4, 2, 128)
+    assert (own.learning_rate, own.epochs) == (3e-3, 8)
+    raw["hub_models"]["albert_tiny"]["training"] = {"lr": 1e-4}
+    with pytest.raises(ParamsError, match=r"hub_models.albert_tiny: .*unknown knob\(s\) lr"):
+        load_params(write(tmp_path, raw))
+    raw["hub_models"]["albert_tiny"]["training"] = {"epochs": -1}
+    with pytest.raises(ParamsError, match=r"hub_models.albert_tiny.training: epochs: Input should be greater than 0"):
+        load_params(write(tmp_path, raw))
+
+
 # Fields that params.yaml may leave out because absence means "none" or "off" (no hidden
 # setting). Every other field with a code default must be written in params.yaml, where
 # DVC tracks it per key and `dvc exp run -S` can change it.

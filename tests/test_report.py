@@ -201,7 +201,9 @@ def test_every_section_template_renders_from_metrics(params, tmp_path):
     assert f"| {params.compare[0]}-42 | {describe_objective(params.objective(params.compare[0]))} |" in \
         sections["pretraining.md.j2"]
     assert "| pretraining beats random init | BERT (Devlin et al. 2019) | sentiment | +" in sections["findings.md.j2"]
-    assert "Spearman" in sections["curves.md.j2"]
+    curves = sections["curves.md.j2"]  # ρ only with snapshots fine-tuned (curves.tasks: the study's, not the default)
+    assert f"| {params.compare[0]} | 0.5 |" in curves
+    assert ("Spearman" in curves) == any((METRICS / "finetune").glob("*@*.json"))
     errors = sections["errors.md.j2"]
     assert errors.startswith("**sentiment** (mlm, seed 1; 1 wrong of 1 test examples)\n\n| text | gold | predicted |")
     assert "| 好\\|看 | 1 | 0 |" in errors and "| 北京 | 北京/LOC | (none) |" in errors
@@ -214,7 +216,7 @@ def test_every_section_template_renders_from_metrics(params, tmp_path):
     compression = sections["compression.md.j2"]
     assert [line for line in compression.splitlines() if line.startswith("### ")] == [
         *(f"### {t} ({params.task(t).metrics[0]})" for t in params.compression.tasks), "### Findings"]
-    assert "| teacher (wwm) |" in compression and "| l1: kd |" in compression and "| pruned: supervised-uneven-" \
+    assert "| teacher (wwm-42) |" in compression and "| l1: kd |" in compression and "| pruned: supervised-uneven-" \
         in compression and "vs labels only" in compression and "keep ≥ 90%" in compression
 
 

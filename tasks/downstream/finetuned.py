@@ -141,7 +141,8 @@ def task_run(params: Params, model_name: str, task_name: str) -> TaskRun:
         SourceError: the model's tokenizer or a split is missing.
     """
     spec = params.task(task_name)
-    family, training, model_dir = FAMILIES[spec.family], params.finetune.for_task(spec), paths.model_dir(model_name)
+    family, training, model_dir = (FAMILIES[spec.family], params.finetune_training(model_name, task_name),
+                                paths.model_dir(model_name))
     tokenizer = load_tokenizer(model_dir)
     tables, labels, data = load_task_data(task_name, family, ("train", "dev", "test"), tokenizer, training)
     return TaskRun(task_name, spec, family, training, model_dir, tokenizer, tables, labels, data,

@@ -66,7 +66,8 @@ def write_params(repo: Path, params: dict) -> None:
 
 
 @contextmanager
-def reproduced(repo: Path, params: dict, prefect_api: str) -> Iterator[tuple[dict, str]]:
+def reproduced(repo: Path, params: dict, prefect_api: str, targets: tuple[str, ...] = ()
+               ) -> Iterator[tuple[dict, str]]:
     """Create ``repo`` (the code, ``dvc.yaml``, ``.dvcignore`` and ``params``), run ``dvc repro`` in it under the
     Prefect server at ``prefect_api``, as ``make repro`` does; yields the environment the commands
     ran with and the output."""
@@ -79,4 +80,4 @@ def reproduced(repo: Path, params: dict, prefect_api: str) -> Iterator[tuple[dic
     for cmd in (["git", "init", "-q"], ["dvc", "init", "-q"], ["dvc", "config", "core.analytics", "false"]):
         run(cmd, repo, env)
     shutil.copy(ROOT / ".dvcignore", repo)  # the project's: code folders' caches (bytecode, Numba) are not deps
-    yield env, run(["dvc", "repro"], repo, env)
+    yield env, run(["dvc", "repro", *targets], repo, env)

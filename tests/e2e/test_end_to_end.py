@@ -79,6 +79,7 @@ def test_every_stage_runs_and_produces_its_outputs(repo):
     assert "| pretraining beats random init | BERT (Devlin et al. 2019) | sentiment |" in md
     assert "| replaced-token detection beats MLM at equal compute | ELECTRA (Clark et al. 2020, §3.3) | sentiment |" \
         in md
+    assert "Spearman's ρ between minus the held-out loss and the fine-tuned test score" in md  # snapshots fine-tuned
     for heading in ("Findings", "Corpus", "Pretraining", "Score for compute", "Objective comparison", "Fine-tuning",
                     "Multilingual", "Interpretability", "Compression", "Run times", "Parameters", "Data versions"):
         assert f"## {heading}" in md

@@ -142,12 +142,14 @@ class Params(_Strict):
         for name in self.curves.tasks:
             if name not in self.finetune.tasks:
                 raise ValueError(f"curves.tasks: {name!r} is not in finetune.tasks")
-        for name, task in self.tasks.items():
+        for where, task, model in [*((f"tasks.{n}", t, None) for n, t in self.tasks.items()),
+                                   *((f"hub_models.{n}", t, m) for n, m in self.hub_models.items()
+                                     for t in self.tasks.values())]:
             try:
-                self.finetune.for_task(task)
+                self.finetune.for_task(task, model)
             except ValidationError as exc:
                 problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
-                raise ValueError(f"tasks.{name}.training: {problems}") from None
+                raise ValueError(f"{where}.training: {problems}") from None
         self._check_global_batches()
         return self
 
@@ -223,6 +225,15 @@ class Params(_Strict):
         if name not in self.tasks:
             raise ParamsError(f"unknown task {name!r}; params.yaml declares: {', '.join(self.tasks)}")
         return self.tasks[name]
+
+    def finetune_training(self, model_name: str, task_name: str) -> Training:
+        """The knobs ``model_name`` is fine-tuned with on ``task_name``: ``finetune.training``, the
+        task's overrides, and a ``hub_models`` entry's own (its published recipe).
+
+        Raises:
+            ParamsError: an unknown task.
+        """
+        return self.finetune.for_task(self.task(task_name), self.hub_models.get(model_name))
 
     def objective(self, name: str) -> Objective:
         """The objective called ``name``; :class:`ParamsError` if there is none."""

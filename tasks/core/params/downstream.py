@@ -29,6 +29,13 @@ FAMILY_METRICS = {
 SPLITS = ("train", "dev", "test")
 
 
+def _check_knobs(overrides: dict) -> None:
+    """Raises ValueError: a key of ``overrides`` that is no :class:`Training` knob."""
+    bad = set(overrides) - set(Training.model_fields)
+    if bad:
+        raise ValueError(f"training: unknown knob(s) {', '.join(sorted(bad))}")
+
+
 class Training(_Strict):
     """Fine-tuning knobs; ``finetune`` sets them for every task, ``tasks.<name>.training`` overrides."""
 
@@ -106,9 +113,7 @@ class DownstreamTask(_Strict):
         if unknown:
             raise ValueError(f"unknown {self.family} metric(s) {', '.join(unknown)}; "
                              f"known: {', '.join(FAMILY_METRICS[self.family])}")
-        bad = set(self.training) - set(Training.model_fields)
-        if bad:
-            raise ValueError(f"training: unknown knob(s) {', '.join(sorted(bad))}")
+        _check_knobs(self.training)
         return self
 
 
@@ -122,9 +127,10 @@ class Finetune(_Strict):
     device: Device
     training: Training = Field(description="the knobs of every task; tasks.<name>.training overrides them")
 
-    def for_task(self, task: DownstreamTask) -> Training:
-        """The knobs for ``task``: :attr:`training` with the task's overrides."""
-        return Training(**{**self.training.model_dump(), **task.training})
+    def for_task(self, task: DownstreamTask, model: HubModel | None = None) -> Training:
+        """The knobs for ``task``: :attr:`training` with the task's overrides, then (a published
+        ``model``) the model's own."""
+        return Training(**{**self.training.model_dump(), **task.training, **(model.training if model else {})})
 
 
 class HubModel(_Strict):
@@ -135,9 +141,13 @@ class HubModel(_Strict):
     path: str | None = None
     hub_id: str | None = None
     licence: str = "see model card"
+    training: dict[str, float | int | str] = Field(
+        description="overrides of finetune.training and tasks.<name>.training when this model is fine-tuned "
+                    "(its authors' recipe, e.g. a learning rate for a pretrained model; {} for none)")
 
     @model_validator(mode="after")
     def _one_location(self) -> "HubModel":
         if sum(x is not None for x in (self.path, self.hub_id)) != 1:
             raise ValueError("give exactly one of path (with or without source) or hub_id")
+        _check_knobs(self.training)
         return self
