@@ -201,6 +201,7 @@ def test_every_section_template_renders_from_metrics(params, tmp_path):
     assert f"| {params.compare[0]}-42 | {describe_objective(params.objective(params.compare[0]))} |" in \
         sections["pretraining.md.j2"]
     assert "| pretraining beats random init | BERT (Devlin et al. 2019) | sentiment | +" in sections["findings.md.j2"]
+    assert "| sentiment | n/a (one seed) | " in sections["comparison.md.j2"]  # the committed run: one pretraining seed
     curves = sections["curves.md.j2"]  # ρ only with snapshots fine-tuned (curves.tasks: the study's, not the default)
     assert f"| {params.compare[0]} | 0.5 |" in curves
     assert ("Spearman" in curves) == any((METRICS / "finetune").glob("*@*.json"))

@@ -94,3 +94,10 @@ def test_variance_decomposition_recovers_the_simulated_components():
     # on the logit scale the seed sd is twice the fine-tuning one: about 4x its variance
     assert shares["pretraining_seed"] > 2 * shares["finetuning_seed"] > 0
     assert 0 < shares["test_sample"] < 1 and sum(shares.values()) == pytest.approx(1)
+
+
+def test_a_component_one_seed_cannot_estimate_is_not_reported_as_zero():
+    a, _ = SEEDS_DOMINATE.draw(np.random.default_rng(10))
+    one = Outcomes(a.counts[:1], a.metric, a.seeds[:1], a.finetune_seeds)
+    shares = decompose(one).shares
+    assert np.isnan(shares["pretraining_seed"]) and shares["finetuning_seed"] + shares["test_sample"] == pytest.approx(1)

@@ -221,8 +221,8 @@ def comparison_section(params, outcomes: dict) -> str:
         o = outcomes.get((PRETRAINING, t)) or next(outcomes[p, t] for p in procedures(params) if (p, t) in outcomes)
         shares, one = decompose(o).shares, interval(o)
         # the MDE of a comparison of two independent procedures of this design: twice the variance
-        decomposition.append([t, *(f"{100 * shares[k]:.0f}%" for k in ("pretraining_seed", "finetuning_seed",
-                                                                       "test_sample")),
+        decomposition.append([t, *(f"{100 * shares[k]:.0f}%" if not np.isnan(shares[k]) else "n/a (one seed)"
+                                   for k in ("pretraining_seed", "finetuning_seed", "test_sample")),
                               f"{mde(np.sqrt(2) * one.se, one.df):.2f}"])
     headers = ["procedure", *[f"{t} ({_families(params)[t]})" for t in tasks]]
     return render_blocks("comparison.md.j2", table=table(headers, rows),

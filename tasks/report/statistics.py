@@ -260,10 +260,11 @@ class Decomposition:
 
     @property
     def shares(self) -> dict[str, float]:
-        total = self.pretraining_seed + self.finetuning_seed + self.test_sample
-        return {k: (v / total if total > 0 else float("nan")) for k, v in
-                (("pretraining_seed", self.pretraining_seed), ("finetuning_seed", self.finetuning_seed),
-                 ("test_sample", self.test_sample))}
+        """Each component's share of their sum; NaN for a component the design cannot estimate."""
+        parts = {"pretraining_seed": self.pretraining_seed, "finetuning_seed": self.finetuning_seed,
+                 "test_sample": self.test_sample}
+        total = sum(v for v in parts.values() if not np.isnan(v))
+        return {k: (v / total if total > 0 else float("nan")) for k, v in parts.items()}
 
 
 def decompose(o: Outcomes) -> Decomposition:
@@ -271,15 +272,15 @@ def decompose(o: Outcomes) -> Decomposition:
     runs' metrics, fine-tuning seeds within pretraining seeds, with the runs' per-example noise
     taken out: the residual of the runs x examples table over ``N``); the test-sample variance of a
     run is ``Var_n / N`` of its pseudo-values, averaged over runs. A component the design cannot
-    estimate (one seed of that kind) is 0; negative estimates are clipped to 0."""
+    estimate (one seed of that kind) is NaN, not 0; negative estimates are clipped to 0."""
     runs, x = o.runs, o.pseudo_values()
     s, f, n = x.shape
     test = float(x.var(axis=2, ddof=1).mean() / n)
     noise = _residual(x.reshape(-1, n)) / n  # each run's own example noise, shared by no other run
     within = float(runs.var(axis=1, ddof=1).mean()) if f > 1 else 0.0
     between = float(runs.mean(axis=1).var(ddof=1)) if s > 1 else 0.0
-    finetuning = max(within - noise, 0.0) if f > 1 else 0.0
-    pretraining = max(between - within / f, 0.0) if s > 1 else 0.0
+    finetuning = max(within - noise, 0.0) if f > 1 else float("nan")
+    pretraining = max(between - within / f, 0.0) if s > 1 else float("nan")
     return Decomposition(pretraining, finetuning, test)
 
 
