@@ -20,7 +20,9 @@ start-up and compilation are left out), MFU and peak CUDA memory; then the ratio
   positions, times 3 for the backward pass) per token of the pipeline's run. The same model
   FLOPs count for both sides, so the MFU ratio is the throughput ratio. Unknown GPU: MFU n/a.
 
-Figures go to ``benchmarks/results/gpu_check.json`` (CUDA runs only). Without a CUDA device it
+Figures go to ``benchmarks/results/gpu_check.json`` (CUDA runs only), one entry per
+configuration (preset, data, eager or compiled, batch): a run replaces its own entry and keeps the
+others taken on the same GPU. Without a CUDA device it
 prints "no CUDA device: skipped" and exits 0; ``--device cpu --preset tiny --steps 3`` is a
 smoke test of the whole script on CPU (nothing written)::
 
@@ -31,6 +33,7 @@ smoke test of the whole script on CPU (nothing written)::
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import sys
 import tempfile
@@ -190,6 +193,17 @@ class _Indices(torch.utils.data.Dataset):
         return (i,)
 
 
+def previous_runs(results: Path, gpu: str) -> dict:
+    """The configurations the results file ``results`` already holds for GPU ``gpu`` (none if it
+    was taken on another GPU: timings compare only on the same one)."""
+    if not results.exists():
+        return {}
+    old = json.loads(results.read_text(encoding="utf-8"))
+    if old["machine"].get("gpu") != gpu:
+        return {}
+    return {label: run for label, run in old["figures"].items() if isinstance(run, dict) and "pipeline" in run}
+
+
 def _peak_mb(device: torch.device) -> float | None:
     return round(torch.cuda.max_memory_allocated(device) / 2**20, 1) if device.type == "cuda" else None
 
@@ -243,11 +257,14 @@ def main(argv: list[str] | None = None) -> int:
     if device.type != "cuda":
         print("smoke run on CPU: figures not written")
         return 0
-    write_results("gpu_check", {"preset": args.preset, "steps": args.steps, "batch_size": args.batch_size,
-                                "lr": args.lr, "data": described, "compile": args.compile,
-                                "activation_checkpointing": args.activation_checkpointing,
-                                "mean_length": round(mean_len, 1), "flops_per_token": fpt, "peak_bf16_flops": peak},
-                  {**sides, "speedup_vs_hf": round(ratio, 3)})
+    # one entry per configuration (preset, data, mode, batch), kept beside the others taken on the same GPU
+    label = (f"{args.preset}, {'synthetic' if described.startswith('synthetic') else 'pipeline data'}, "
+             f"{'compile' if args.compile else 'eager'}, batch {args.batch_size}"
+             + (", activation checkpointing" if args.activation_checkpointing else ""))
+    runs = previous_runs(Path(__file__).parent / "results" / "gpu_check.json", gpu)
+    runs[label] = {"steps": args.steps, "lr": args.lr, "data": described, "mean_length": round(mean_len, 1),
+                   "flops_per_token": fpt, **sides, "speedup_vs_hf": round(ratio, 3)}
+    write_results("gpu_check", {"peak_bf16_flops": peak}, dict(sorted(runs.items())))
     return 0
 
 

@@ -1,6 +1,7 @@
 """benchmarks/gpu_check.py: its CPU smoke path runs both sides end to end, and its model FLOPs (the pretrain metrics' count, PaLM's for BERT)."""
 
 import importlib.util
+import json
 
 import numpy as np
 import pytest
@@ -34,6 +35,16 @@ def test_no_cuda_is_a_clean_skip(gpu_check, capsys, monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert gpu_check.main([]) == 0
     assert "no CUDA device: skipped" in capsys.readouterr().out
+
+
+def test_a_run_keeps_the_other_configurations_of_the_same_gpu(gpu_check, tmp_path):
+    results = tmp_path / "gpu_check.json"
+    assert gpu_check.previous_runs(results, "NVIDIA H100 80GB HBM3") == {}
+    run = {"pipeline": {"tokens_per_sec": 1.0}, "hf_trainer": {"tokens_per_sec": 1.0}}
+    results.write_text(json.dumps({"machine": {"gpu": "NVIDIA H100 80GB HBM3"},
+                                   "figures": {"bert-base, synthetic, eager, batch 256": run}}))
+    assert gpu_check.previous_runs(results, "NVIDIA H100 80GB HBM3") == {"bert-base, synthetic, eager, batch 256": run}
+    assert gpu_check.previous_runs(results, "NVIDIA H200") == {}
 
 
 def test_model_flops_of_bert_base_are_palms_count(gpu_check):

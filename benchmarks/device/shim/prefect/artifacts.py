@@ -1,0 +1,2 @@
+def create_markdown_artifact(*_args, **_kwargs):
+    return None

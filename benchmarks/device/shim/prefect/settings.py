@@ -1,0 +1,7 @@
+class _Unset:
+    @staticmethod
+    def value():
+        return None
+
+
+PREFECT_API_URL = _Unset()
