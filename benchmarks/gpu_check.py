@@ -53,7 +53,7 @@ from tasks.pretraining.masking import masking_config
 from tasks.pretraining.pretraining_data import read_shards
 
 sys.path.insert(0, str(Path(__file__).parent))
-from results import write_results  # noqa: E402  (benchmarks/results.py)
+from results import RESULTS, write_results  # noqa: E402  (benchmarks/results.py)
 
 # Peak dense bf16 tensor-core FLOP/s (no sparsity), from NVIDIA's data sheets; matched in order
 # against torch.cuda.get_device_name() (the H100 SXM reports "NVIDIA H100 80GB HBM3").
@@ -261,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
     label = (f"{args.preset}, {'synthetic' if described.startswith('synthetic') else 'pipeline data'}, "
              f"{'compile' if args.compile else 'eager'}, batch {args.batch_size}"
              + (", activation checkpointing" if args.activation_checkpointing else ""))
-    runs = previous_runs(Path(__file__).parent / "results" / "gpu_check.json", gpu)
+    runs = previous_runs(RESULTS / "gpu_check.json", gpu)
     runs[label] = {"steps": args.steps, "lr": args.lr, "data": described, "mean_length": round(mean_len, 1),
                    "flops_per_token": fpt, **sides, "speedup_vs_hf": round(ratio, 3)}
     write_results("gpu_check", {"peak_bf16_flops": peak}, dict(sorted(runs.items())))
