@@ -35,7 +35,7 @@ compare: setup
 		"compare=[$$(python -c 'from tasks.core.params import load_params; print(",".join(load_params().objectives))')]"
 
 # The default run with 5 pretraining seeds of mlm, wwm, electra and random init (one dvc experiment,
-# about 3.5 h on 2 cores); its report and metrics land in reports/study/ (docs/statistics.md).
+# about 3.7 h on 2 cores); its report and metrics land in reports/study/ (docs/statistics.md).
 study: setup
 	python -m tasks.orchestration.prefect_server python -m tasks.orchestration.study
 
