@@ -9,10 +9,11 @@ start-up and compilation are left out), MFU and peak CUDA memory; then the ratio
   (``dvc repro pretraining_data@mlm``), else (or with ``--synthetic``) random token ids of
   ``pretraining_data.max_seq_length`` tokens with 15% of positions to predict; the output says which.
 * The pipeline side is :func:`tasks.pretraining.pretrain.train` (bf16 autocast, fused AdamW,
-  predictions at the masked positions only) after :func:`tasks.pretraining.modeling.prepare_model`
+  predictions at the masked positions only, length-grouped batches padded to a multiple of 8) after :func:`tasks.pretraining.modeling.prepare_model`
   (TF32; ``--compile``, ``--activation-checkpointing``). The HF side is what a Trainer user
   writes: ``bf16=True``, fused AdamW (Trainer's default), the same options, vocabulary logits at
-  every position (``BertForMaskedLM.forward``) and labels -100 elsewhere.
+  every position (``BertForMaskedLM.forward``) and labels -100 elsewhere; its batches are random
+  (``group_by_length`` off, the default), so on the pipeline's data part of the ratio is padding.
 * MFU (model FLOPs utilisation, PaLM, Chowdhery et al. 2022, appendix B): tokens/s x model
   FLOPs per token / the GPU's peak dense bf16 FLOP/s (:data:`PEAK_BF16`), with the model FLOPs
   the pretrain metrics count (:meth:`tasks.pretraining.modeling.PretrainingModel.flops`: the

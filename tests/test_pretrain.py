@@ -16,7 +16,7 @@ from tasks.pretraining.masking import MaskingConfig, mask_batch
 from tasks.pretraining.modeling import PretrainingModel
 from tasks.pretraining.checkpoint import checkpoint_fingerprint
 from tasks.pretraining.examples import DynamicMasker, PretrainingExamples
-from tasks.pretraining.pretrain import train
+from tasks.pretraining.pretrain import _Window, pad_width, train
 from tasks.training.batching import BatchSchedule, RaggedTake, pad_batch
 from tasks.training.optim import learning_rate, optimizer_for
 
@@ -160,6 +160,32 @@ def test_a_resume_between_two_log_rows_gives_the_uninterrupted_rows(tmp_path):
     timing = ("tokens_per_sec", "elapsed_sec")
     assert [{k: v for k, v in r.items() if k not in timing} for r in resumed["rows"]] == \
         [{k: v for k, v in r.items() if k not in timing} for r in full["rows"]]
+
+
+def test_the_window_reads_the_device_values_at_the_log_row_as_each_step_would():
+    """The loss and parts stay on the device until a log row (no host-device sync per step); the
+    row holds exactly the sums of reading them one by one, in order, as a float each step."""
+    gen = torch.Generator().manual_seed(0)
+    steps = [(torch.rand((), generator=gen) * 9, {"token_correct": torch.randint(0, 50, (), generator=gen),
+                                                 "sentence_loss": torch.rand((), generator=gen),
+                                                 "sentence_correct": torch.randint(0, 8, (), generator=gen)}, w)
+             for w in (0.25, 0.5, 0.25, 1.0, 0.5, 0.75, 0.125)]
+    window = _Window(0.0)
+    for k, (loss, parts, w) in enumerate(steps):
+        window.add(loss, parts, 100, 15, 8, sentence_weight=w)
+        if k == 3:  # a checkpoint between two log rows reads the pending values too
+            half = window.state()
+            assert not window.pending and half["sums"]["loss"] == sum(x.item() for x, _, _ in steps[:4])
+    assert len(window.pending) == 3
+    window.steps = len(steps)
+    row = window.flush(1.0)
+    loss = correct = sentence = 0.0
+    for x, parts, w in steps:
+        loss, correct = loss + x.item(), correct + parts["token_correct"].item()
+        sentence += parts["sentence_loss"].item() * w
+    assert row["loss"] == round(loss / len(steps), 5)
+    assert row["token_accuracy"] == round(correct / (15 * len(steps)), 5)
+    assert row["sentence_loss"] == round(sentence / len(steps), 5)
 
 
 def test_stale_checkpoint_is_ignored(tmp_path):
@@ -364,6 +390,36 @@ def ragged_chunks(rng, chunks, max_rows=6, max_length=5):
         values.append(rng.integers(-50, 50, int(lengths.sum())).astype(np.int32))
         small.append(values[-1].astype(np.int8))
     return offsets, values, small
+
+
+@pytest.mark.parametrize("heads", [{}, {"sbo": True}, {"predicts_positions": True, "sentence_task": True},
+                                   {"predicts_positions": True, "full_targets": True, "space": "both"}])
+def test_a_batch_padded_to_a_multiple_of_8_gives_the_same_loss(heads):
+    """On CUDA the loop pads each batch's width to a multiple of 8 (GPU_WIDTH_MULTIPLE): the extra
+    columns are masked out, so loss and parts are those of the unpadded batch, and the width never
+    passes the longest example."""
+    if heads.get("predicts_positions"):
+        config = MaskingConfig(scheme="wwm", masked_lm_prob=0.3, mask=0, random=0, permute=0.9)
+        data = PretrainingExamples.from_table(pair_data(), DynamicMasker(
+            config, seed=1, objective="perlm", mask_token_id=3, random_token_ids=np.arange(5, 60, dtype=np.int32)))
+    else:
+        data = tiny_data()
+    model = tiny_model(**heads).eval()
+    longest, widened = int(data.lengths.max()), 0
+    for step, index in enumerate((np.argsort(data.lengths)[:6], np.arange(6), np.argsort(-data.lengths)[:4])):
+        batch = data.batch(index, step)
+        padded = pad_width(batch, 8, longest)
+        width = batch["input_ids"].shape[1]
+        assert padded["input_ids"].shape[1] == min(-(-width // 8) * 8, longest)
+        assert not padded["attention_mask"][:, width:].any()
+        widened += padded["input_ids"].shape[1] > width
+        with torch.no_grad():
+            (loss, parts), (loss_p, parts_p) = model(batch), model(padded)
+        torch.testing.assert_close(loss_p, loss, rtol=1e-5, atol=1e-5)
+        assert parts_p.keys() == parts.keys()
+        for k in parts:
+            torch.testing.assert_close(parts_p[k], parts[k], rtol=1e-5, atol=1e-5)
+    assert widened  # the padded path ran
 
 
 def test_ragged_take_gives_the_arrays_of_the_per_example_loop():

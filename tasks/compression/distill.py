@@ -39,7 +39,7 @@ from transformers import BertConfig, BertModel
 from tasks.compression.encoder import Recorder, encoder_of
 from tasks.core.errors import ParamsError
 from tasks.training.batching import IGNORE_INDEX, BatchSchedule, pad_batch
-from tasks.training.device import autocast
+from tasks.training.device import autocast, to_device
 from tasks.training.optim import learning_rate, optimizer_for
 
 NEG = -1e4  # logit given to padding positions of MRC windows: exp(NEG/τ) underflows to 0
@@ -343,7 +343,7 @@ def distill(student: nn.Module, teachers: Sequence[nn.Module], data, cfg: KdConf
         index = schedule(step)
         for group in opt.param_groups:
             group["lr"] = learning_rate(step, total, lr, warmup_fraction)
-        batch = {k: v.to(device, non_blocking=True) for k, v in data.batch(index).items()}
+        batch = to_device(data.batch(index), device)
         inputs = {k: v for k, v in batch.items() if k not in LABEL_KEYS}
         with autocast(device), _recording(enc_s, need_hidden, need_attention) as rec_s:
             out_s = student(**batch)

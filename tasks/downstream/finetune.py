@@ -19,7 +19,7 @@ import torch
 
 from tasks.core.model_dir import load_model
 from tasks.training.batching import IGNORE_INDEX, BatchSchedule
-from tasks.training.device import autocast
+from tasks.training.device import autocast, to_device
 from tasks.training.distributed import Ranks, split_batch, wrap
 from tasks.training.optim import learning_rate, optimizer_for
 
@@ -65,7 +65,7 @@ def fit(model: torch.nn.Module, data: Batches, *, epochs: float, batch_size: int
         for group in opt.param_groups:
             group["lr"] = learning_rate(step, total, lr, warmup_fraction)
         (part,) = split_batch(index, ranks, 1, "finetune.training.batch_size")
-        batch = {key: v.to(device, non_blocking=True) for key, v in data.batch(part).items()}
+        batch = to_device(data.batch(part), device)
         with autocast(device):
             loss = net(**batch).loss
         if ranks.world > 1:  # DDP averages gradients over ranks: weight = world x this rank's share

@@ -32,7 +32,7 @@ from tasks.pretraining.checkpoint import exclusive, load_checkpoint, save_checkp
 from tasks.pretraining.examples import PretrainingExamples, micro_batches
 from tasks.pretraining.modeling import ElectraPretrainingModel, PretrainingModel, mlm_flops
 from tasks.training.batching import BatchSchedule
-from tasks.training.device import autocast
+from tasks.training.device import autocast, to_device
 from tasks.training.distributed import Ranks, wrap
 from tasks.training.optim import learning_rate, optimizer_for
 
@@ -41,6 +41,25 @@ LOG_FIELDS = ["step", "tokens", "loss", "token_accuracy", "sentence_loss", "sent
 Snapshot = Callable[[float, dict], None]
 """``snapshot(fraction, at)``: keep the model as it is at ``fraction`` of the budget; ``at`` holds
 ``step``, ``tokens``, ``seconds`` and ``flops`` so far (called on rank 0)."""
+
+
+# On CUDA a batch's width is padded to a multiple of this: length-grouped batches come in up to
+# max_seq_length widths, and each new shape costs an eager step its kernel selection (bert-base,
+# H100, the pipeline's data: 213k -> 330k tokens/s, benchmarks/README.md#gpu_check); 8 also keeps
+# bf16 tensor-core tiles aligned (Hugging Face's pad_to_multiple_of=8). CPU batches keep their width.
+GPU_WIDTH_MULTIPLE = 8
+WIDE_KEYS = ("input_ids", "attention_mask", "token_type_ids")
+
+
+def pad_width(batch: dict[str, torch.Tensor], multiple: int, limit: int) -> dict[str, torch.Tensor]:
+    """``batch`` with its ``[B, W]`` tensors (:data:`WIDE_KEYS`) right-padded with zeros (the
+    padding id, masked out, segment 0) to the next multiple of ``multiple``, at most ``limit`` (the
+    longest example, so never past the position embeddings); the predicted positions (``rows``,
+    ``cols``, ``labels``: ``int64 [M]``) and the rest unchanged."""
+    extra = min(-batch["input_ids"].shape[1] % multiple, limit - batch["input_ids"].shape[1])
+    if extra <= 0:
+        return batch
+    return {k: torch.nn.functional.pad(v, (0, extra)) if k in WIDE_KEYS else v for k, v in batch.items()}
 
 
 def total_steps_for(budget_tokens: int, batch_size: int, mean_length: float) -> int:
@@ -137,8 +156,16 @@ def _train(model: PretrainingModel | ElectraPretrainingModel, data: PretrainingE
     # PerLM predicting positions only: the MLM head's transform gets no gradient.
     net = wrap(model, ranks, device, find_unused_parameters=model.unused_parameters)
     accumulate = ranks.world > 1 or cfg.accumulation_steps > 1
+    longest = int(data.lengths.max())
 
     t0 = time.perf_counter()
+
+    def elapsed() -> float:
+        """Seconds of training so far, the work queued on the GPU included."""
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        return elapsed_before + time.perf_counter() - t0
+
     window = _Window(t0, ranks)
     if ranks.rank < len(windows):  # the steps since the last log row before the run was stopped
         window.load(windows[ranks.rank])
@@ -158,14 +185,16 @@ def _train(model: PretrainingModel | ElectraPretrainingModel, data: PretrainingE
                                                     / float(data.lengths[index].sum()))
                 b["sentence_weight"] = torch.tensor(ranks.world * len(b["input_ids"]) / len(index))
         for m, batch in enumerate(micro):
-            batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+            counts = int(batch["attention_mask"].sum()), model.predictions(batch), len(batch["input_ids"])
+            if device.type == "cuda":
+                batch = pad_width(batch, GPU_WIDTH_MULTIPLE, longest)
+            batch = to_device(batch, device)
             sync = m == len(micro) - 1 or ranks.world == 1
             with (nullcontext() if sync else net.no_sync()), autocast(device, cfg.bf16):
                 loss, parts = net(batch)
             loss.backward()
             weight = 1.0 / ranks.world if accumulate else 1.0  # this micro-batch's part of the step's loss
-            window.add(loss.detach() * weight, parts, int(batch["attention_mask"].sum()), model.predictions(batch),
-                       len(batch["input_ids"]), sentence_weight=weight)
+            window.add(loss.detach() * weight, parts, *counts, sentence_weight=weight)
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
         opt.step()
         opt.zero_grad(set_to_none=True)
@@ -176,10 +205,10 @@ def _train(model: PretrainingModel | ElectraPretrainingModel, data: PretrainingE
             flops += count_flops(data.lengths[index], int(chosen))
         if step in at_step and snapshot is not None and ranks.is_main:
             snapshot(at_step[step], {"step": step, "tokens": tokens, "flops": flops if count_flops else None,
-                                     "seconds": round(elapsed_before + time.perf_counter() - t0, 2)})
+                                     "seconds": round(elapsed(), 2)})
         if step % cfg.log_every == 0 or step == total:
             rows.append({"step": step, "tokens": tokens, "learning_rate": lr,
-                         **window.flush(elapsed_before + time.perf_counter() - t0),
+                         **window.flush(elapsed()),
                          "flops": flops if count_flops else None})
             log(f"step {step}/{total} loss {rows[-1]['loss']:.4f} acc {rows[-1]['token_accuracy']:.3f} "
                 f"{rows[-1]['tokens_per_sec']:.0f} tokens/s")
@@ -191,8 +220,8 @@ def _train(model: PretrainingModel | ElectraPretrainingModel, data: PretrainingE
                 save_checkpoint(checkpoint, {
                     "fingerprint": fingerprint, "model": model.state_dict(), "optimizer": opt.state_dict(),
                     "step": step, "tokens": tokens, "rows": rows, "window": windows, "flops": flops,
-                    "elapsed": elapsed_before + time.perf_counter() - t0, **rng})
-    wall = elapsed_before + time.perf_counter() - t0
+                    "elapsed": elapsed(), **rng})
+    wall = elapsed()
     last = rows[-1] if rows else {}
     return {"steps": total, "tokens": tokens, "final_loss": last.get("loss"),
             "final_token_accuracy": last.get("token_accuracy"),
@@ -236,9 +265,11 @@ class _Window:
         self.steps = self.tokens = self.predicted = self.sequences = 0
         self.has_sentence = self.has_rtd = False
         self.sums = dict.fromkeys(self.KEYS, 0.0)
+        self.pending: list[tuple[torch.Tensor, dict[str, torch.Tensor], float]] = []
 
     def state(self) -> dict:
         """The sums and counts (plain values), for a checkpoint taken between two log rows."""
+        self._settle()
         return {"steps": self.steps, "tokens": self.tokens, "predicted": self.predicted, "sequences": self.sequences,
                 "has_sentence": self.has_sentence, "has_rtd": self.has_rtd, "sums": dict(self.sums)}
 
@@ -248,18 +279,31 @@ class _Window:
                                                                     ("steps", "tokens", "predicted", "sequences"))
         self.has_sentence, self.has_rtd = state["has_sentence"], state.get("has_rtd", False)
         self.sums = {**dict.fromkeys(self.KEYS, 0.0), **state["sums"]}
+        self.pending = []
 
     def add(self, loss, parts, tokens: int, predicted: int, sequences: int, sentence_weight: float = 1.0) -> None:
-        """One micro-batch: its weighted loss, its parts and counts (``steps`` is counted by the caller)."""
+        """One micro-batch: its weighted loss, its parts and counts (``steps`` is counted by the caller).
+        The loss and parts stay on the device until a log row or a checkpoint needs them: reading
+        them each step would make the host wait for the GPU instead of preparing the next step."""
         self.tokens, self.predicted, self.sequences = self.tokens + tokens, self.predicted + predicted, \
             self.sequences + sequences
-        self.sums["loss"] += loss.item()
         self.has_sentence, self.has_rtd = "sentence_loss" in parts, "rtd_loss" in parts
-        for k in self.KEYS[1:]:
-            if k in parts:  # the sentence loss is weighted as a micro-batch of the step; RTD's is each one's mean
-                self.sums[k] += parts[k].item() * (sentence_weight if k in ("sentence_loss", "rtd_loss") else 1)
+        self.pending.append((loss, {k: parts[k] for k in self.KEYS[1:] if k in parts}, sentence_weight))
+
+    def _settle(self) -> None:
+        """Add the pending micro-batches to the sums, in their order (one transfer from the device)."""
+        if not self.pending:
+            return
+        values = iter(torch.stack([t.double() for loss, parts, _ in self.pending
+                                   for t in (loss, *parts.values())]).tolist())
+        for _, parts, weight in self.pending:
+            self.sums["loss"] += next(values)
+            for k in parts:  # the sentence loss is weighted as a micro-batch of the step; RTD's is each one's mean
+                self.sums[k] += next(values) * (weight if k in ("sentence_loss", "rtd_loss") else 1)
+        self.pending = []
 
     def flush(self, elapsed: float) -> dict:
+        self._settle()
         now = time.perf_counter()
         has_sentence, has_rtd, keys = self.has_sentence, self.has_rtd, self.KEYS
         totals = self.ranks.all_sum([self.sums[k] for k in keys] + [self.tokens, self.predicted, self.sequences])
