@@ -9,8 +9,9 @@ start-up and compilation are left out), MFU and peak CUDA memory; then the ratio
   (``dvc repro pretraining_data@mlm``), else (or with ``--synthetic``) random token ids of
   ``pretraining_data.max_seq_length`` tokens with 15% of positions to predict; the output says which.
 * The pipeline side is :func:`tasks.pretraining.pretrain.train` (bf16 autocast, fused AdamW,
-  predictions at the masked positions only, length-grouped batches padded to a multiple of 8) after :func:`tasks.pretraining.modeling.prepare_model`
-  (TF32; ``--compile``, ``--activation-checkpointing``). The HF side is what a Trainer user
+  predictions at the masked positions only, length-grouped batches padded to a multiple of 8)
+  after :func:`tasks.pretraining.modeling.prepare_model` (TF32; ``--compile``,
+  ``--activation-checkpointing``). The HF side is what a Trainer user
   writes: ``bf16=True``, fused AdamW (Trainer's default), the same options, vocabulary logits at
   every position (``BertForMaskedLM.forward``) and labels -100 elsewhere; its batches are random
   (``group_by_length`` off, the default), so on the pipeline's data part of the ratio is padding.
