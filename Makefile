@@ -29,15 +29,16 @@ repro: setup
 test: setup
 	pytest -n 2 --dist loadfile --no-loadscope-reorder
 
-# Every objective of params.yaml, pretrained, fine-tuned and compared (one dvc experiment).
+# Every objective of params.yaml, pretrained, fine-tuned and compared with one pretraining seed (one dvc
+# experiment in a temporary workspace); its report lands in reports/compare/ (docs/objectives.md).
 compare: setup
-	python -m tasks.orchestration.prefect_server dvc exp run -S \
-		"compare=[$$(python -c 'from tasks.core.params import load_params; print(",".join(load_params().objectives))')]"
+	python -m tasks.orchestration.prefect_server python -m tasks.orchestration.study compare
 
-# The default run with 5 pretraining seeds of mlm, wwm, electra and random init (one dvc experiment,
-# about 3.7 h on 2 cores); its report and metrics land in reports/study/ (docs/statistics.md).
+# The default run with 5 pretraining seeds of mlm, wwm, mac, electra and random init (one dvc experiment
+# in a temporary workspace; its wall time is in reports/study/study.json); its report, metrics and the
+# MDE planner's plan land in reports/study/ (docs/statistics.md).
 study: setup
-	python -m tasks.orchestration.prefect_server python -m tasks.orchestration.study
+	python -m tasks.orchestration.prefect_server python -m tasks.orchestration.study study
 
 bench: setup
 	python benchmarks/pretraining_data.py
@@ -51,6 +52,7 @@ bench: setup
 	python benchmarks/attention_zones.py
 	python benchmarks/scale.py
 	python benchmarks/error_rates.py
+	python benchmarks/plateau.py
 	python benchmarks/summary.py
 
 # The bert-base preset for 300 steps on CUDA, next to Hugging Face's Trainer: tokens/s, MFU,

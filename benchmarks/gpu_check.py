@@ -120,7 +120,7 @@ def run_pipeline(params, config, size, data, args, device) -> dict:
         token_budget=int(args.steps * args.batch_size * mean), batch_size=args.batch_size, learning_rate=args.lr,
         log_every=log_every, checkpoint_every=args.steps + 1, device=str(device), compile=args.compile,
         activation_checkpointing=args.activation_checkpointing))
-    model = PretrainingModel(new_masked_lm(config, params.seed, size.sinusoidal_position_amplitude))
+    model = PretrainingModel(new_masked_lm(config, params.seed, size))
     prepare_model(model, cfg, device)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)

@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
         figures[packing] = {"sequences": len(data), "fill_rate": round(mean / width, 4),
                             "tokens_per_sequence": round(mean, 2), "tokens_per_step": round(pre.batch_size * mean, 1),
                             "steps_for_budget": steps, "pack_sec": round(seconds, 2)}
-        model = PretrainingModel(new_masked_lm(config, params.seed, params.model.sinusoidal_position_amplitude))
+        model = PretrainingModel(new_masked_lm(config, params.seed, params.model))
         model.train()
         sides[packing] = {"data": data, "model": model, "schedule": BatchSchedule(data.lengths, pre.batch_size, params.seed),
                           "opt": optimizer_for(model, pre.learning_rate, pre.weight_decay), "rates": [], "step_sec": []}

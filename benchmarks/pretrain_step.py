@@ -91,7 +91,7 @@ class Side:
         else:
             self.model = (new_electra(size, Rtd(), config.vocab_size, config.max_position_embeddings,
                                       config.pad_token_id, params.seed) if objective == "electra" else
-                          PretrainingModel(new_masked_lm(config, params.seed, size.sinusoidal_position_amplitude),
+                          PretrainingModel(new_masked_lm(config, params.seed, size),
                                            sbo=objective == "span_sbo"))
             self.opt = optimizer_for(self.model, pre.learning_rate, pre.weight_decay, fused=adamw == "fused")
             if adamw == "foreach":

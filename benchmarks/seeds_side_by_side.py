@@ -43,7 +43,7 @@ def pretrain(seed: int, steps: int, name: str, threads: int) -> tuple[int, float
     params = load_params()
     data, vocab, pad_id, _ = load_data(params, name, False, 64 * params.pretrain.batch_size * steps)
     config = bert_config(params.model, vocab, params.pretraining_data.max_seq_length, pad_id)
-    model = PretrainingModel(new_masked_lm(config, seed, params.model.sinusoidal_position_amplitude))
+    model = PretrainingModel(new_masked_lm(config, seed, params.model))
     budget = int(steps * params.pretrain.batch_size * float(data.lengths.mean()))
     cfg = params.pretrain.model_copy(update=dict(token_budget=budget, checkpoint_every=steps + 1,
                                                  log_every=steps + 1, device="cpu"))

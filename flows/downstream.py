@@ -26,12 +26,14 @@ def downstream(task: str) -> None:
     spec = params.task(task)
     tables, stats = prepare_task(task, spec, paths.RAW, params.seed)
     get_run_logger().info(f"{task}: {stats['rows']}; malformed: {stats['malformed']['counts']}")
-    texts = [t for split in ("dev", "test") for t in eval_texts(spec.family, tables[split])]
+    texts = {split: eval_texts(spec.family, tables[split]) for split in ("dev", "test")}
     with atomic_outputs(paths.DOWNSTREAM / task, paths.stage_metrics("downstream", task)) as (out, metrics):
         out.mkdir(parents=True)
         for split, table in tables.items():
             write_parquet(out / f"{split}.parquet", table)
-        write_parquet(out / paths.EVAL_TEXTS_FILE, pa.table({"text": pa.array(texts, pa.string())}))
+        write_parquet(out / paths.EVAL_TEXTS_FILE, pa.table({
+            "text": pa.array([t for split in texts.values() for t in split], pa.string()),
+            "split": pa.array([split for split, ts in texts.items() for _ in ts], pa.string())}))
         write_metrics(metrics, DownstreamMetrics(**stats))
 
 

@@ -24,7 +24,7 @@ def init_random(seed: str) -> None:
     tokenizer = AutoTokenizer.from_pretrained(paths.TOKENIZER)
     config = bert_config(params.model, len(tokenizer), params.pretraining_data.max_seq_length,
                          tokenizer.pad_token_id)
-    model = new_masked_lm(config, seed, params.model.sinusoidal_position_amplitude)
+    model = new_masked_lm(config, seed, params.model)
     with atomic_outputs(paths.MODELS / paths.seeded("random", seed)) as (out,):
         model.save_pretrained(out)
         tokenizer.save_pretrained(out)

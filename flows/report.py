@@ -1,5 +1,6 @@
-"""Stage ``report``: the evaluation report (Markdown + self-contained HTML + PNG figures),
-also published as a Prefect markdown artifact."""
+"""Stage ``report``: the evaluation report (Markdown + self-contained HTML + PNG figures), also
+published as a Prefect markdown artifact, and each task's variance components (``variance.json``,
+what ``python -m tasks.report.planner`` plans a study from)."""
 
 import sys
 
@@ -18,8 +19,9 @@ from tasks.report.report import TITLE, build_report
 def report() -> None:
     params = load_params()
     out = paths.REPORTS
-    with atomic_outputs(out / "report.md", out / "report.html", out / "figures") as (md_file, html_file, figures):
-        text = build_report(params, figures, out)
+    with atomic_outputs(out / "report.md", out / "report.html", out / "figures", out / "variance.json") as (
+            md_file, html_file, figures, variance):
+        text = build_report(params, figures, out, variance=variance)
         # The Markdown refers to figures/...; render the HTML against the temporary folder.
         md_file.write_text(text, encoding="utf-8")
         html_file.write_text(to_html(text.replace("](figures/", f"]({figures.name}/"), out, TITLE),

@@ -125,5 +125,9 @@ def test_the_held_out_rtd_measure_is_seeded_and_scores_every_token():
     kwargs = dict(lang="x", seed=3, mask_token_id=3, masked_lm_prob=0.15, max_predictions=5,
                   device=torch.device("cpu"))
     first = evaluate_rtd(model.discriminator, model.generator, ids, offsets, **kwargs)
-    assert first == evaluate_rtd(model.discriminator, model.generator, ids, offsets, **kwargs)
+    again = evaluate_rtd(model.discriminator, model.generator, ids, offsets, **kwargs)
+    tokens, tokens_again = first.pop("tokens_measured"), again.pop("tokens_measured")
+    assert first == again and all(np.array_equal(tokens[k], tokens_again[k]) for k in tokens)
     assert first["tokens"] == len(ids) and 0 <= first["rtd_accuracy"] <= 1 and first["rtd_loss"] > 0
+    assert 0 <= first["sample_match"] <= 1 and len(tokens["scores"]) == len(ids)
+    assert tokens["losses"].mean() == pytest.approx(first["rtd_loss"])

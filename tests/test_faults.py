@@ -323,3 +323,44 @@ def test_params_a_training_stage_cannot_honour_stop_it_with_one_line_before_torc
     assert proc.returncode == 1, proc.stderr[-2000:]
     assert re.search(line, proc.stderr), proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr and proc.stderr.count("error:") == 1
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every live process below ``pid`` (children, grandchildren, ...), from /proc."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().split(")")[-1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry.name))
+    out, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def test_the_prefect_server_of_make_repro_dies_with_its_wrapper_killed_with_9(tmp_path):
+    """The wrapper of `make repro` starts a Prefect server when none is configured: a `kill -9` of the
+    wrapper takes the server (and its port) down too, not only the command."""
+    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
+    env["PREFECT_HOME"] = str(tmp_path / "prefect")
+    wrapper = subprocess.Popen([sys.executable, "-m", "tasks.orchestration.prefect_server", sys.executable, "-c",
+                                "import time; time.sleep(300)"], cwd=ROOT, env=env, start_new_session=True,
+                               stderr=subprocess.PIPE, text=True)
+    try:
+        assert "Prefect API" in wrapper.stderr.readline()  # the server answered; the command starts
+        deadline = time.monotonic() + 10
+        while len(below := _descendants(wrapper.pid)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert len(below) >= 2  # the server and the command
+        wrapper.kill()
+        assert _gone_within(below, 30)
+    finally:
+        for pid in _descendants(wrapper.pid):
+            os.kill(pid, signal.SIGKILL)
+        wrapper.kill()
+        wrapper.wait()

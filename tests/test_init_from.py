@@ -217,11 +217,11 @@ def test_fingerprint_covers_the_init_from_weights(checkpoints, tmp_path, monkeyp
     masking = masking_config(spec, params.pretraining_data)
     folder = tmp_path / "init"
     BertForMaskedLM(bert_config(tokenizer)).save_pretrained(folder)
-    _, none = pretrain_checkpoint("mlm", 42, params, spec, masking)
-    _, first = pretrain_checkpoint("mlm", 42, params, spec, masking, folder)
+    _, none = pretrain_checkpoint("mlm", 42, params, params.pretrain, spec, masking)
+    _, first = pretrain_checkpoint("mlm", 42, params, params.pretrain, spec, masking, folder)
     torch.manual_seed(5)
     BertForMaskedLM(bert_config(tokenizer)).save_pretrained(folder)  # same names, other weights
-    _, second = pretrain_checkpoint("mlm", 42, params, spec, masking, folder)
+    _, second = pretrain_checkpoint("mlm", 42, params, params.pretrain, spec, masking, folder)
     assert len({none, first, second}) == 3
 
 

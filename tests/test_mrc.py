@@ -13,7 +13,7 @@ from tasks.core.errors import ParamsError, SourceError
 from tasks.core.quality import Issues
 from tasks.downstream.cmrc_metric import evaluate, gold_answers
 from tasks.downstream.mrc import MrcFeatures
-from tasks.downstream.squad import MrcExample, gold_texts, read_squad
+from tasks.downstream.squad import UNLOCATED, MrcExample, gold_texts, located, read_squad
 from tasks.downstream.mrc_decode import decode, write_predictions
 from tasks.downstream.ner_mrc import DEFAULT_QUERIES, bio_spans, ner_to_mrc
 
@@ -337,6 +337,35 @@ def test_real_cmrc2018_trial_file():
     with pytest.raises(SourceError, match="cmrc2018_trial.json#TRIAL_210_QUERY_0"):
         read_squad(SHARED, Issues("fail"))
     assert gold_texts(examples) == gold_answers(json.loads(SHARED.read_text(encoding="utf-8")))
+
+
+@pytest.mark.skipif(not SHARED.is_file(), reason="the real CMRC 2018 trial file is not beside the checkout")
+def test_real_cmrc2018_trial_file_as_a_test_split_scores_as_the_official_script():
+    raw = json.loads(SHARED.read_text(encoding="utf-8"))
+    issues = Issues("fail")  # evaluation reads every answer text: nothing in the file is malformed for it
+    examples = read_squad(SHARED, issues, evaluation=True)
+    assert len(examples) == 1002 and not issues.counts
+    official = gold_answers(raw)  # the official script's gold: every answer text as given
+    assert gold_texts(examples) == official
+    predictions = {e.id: e.context[:4] for e in examples}
+    assert evaluate(gold_texts(examples), predictions) == evaluate(official, predictions)
+
+
+def test_an_unlocatable_answer_is_scored_but_never_trained_on(tmp_path):
+    path = tmp_path / "dev.json"
+    path.write_text(json.dumps({"data": [{"paragraphs": [{"context": "北京是首都。", "qas": [
+        {"id": "q1", "question": "哪里？", "answers": [{"text": "北京", "answer_start": 0},
+                                                     {"text": "北平", "answer_start": -1}]},
+        {"id": "q2", "question": "谁？", "answers": [{"text": "上海", "answer_start": -1}]}]}]}]}), encoding="utf-8")
+    examples = read_squad(path, Issues("fail"), evaluation=True)
+    assert gold_texts(examples) == {"q1": ["北京", "北平"], "q2": ["上海"]}
+    assert examples[0].answers == (("北京", 0), ("北平", UNLOCATED))
+    issues = Issues("skip")
+    train = located(examples, issues, "dev.json")
+    assert [e.id for e in train] == ["q1"] and train[0].answers == (("北京", 0),)
+    assert issues.counts == {"no_answer_skipped": 1}
+    with pytest.raises(SourceError, match="dev.json#q1"):
+        read_squad(path, Issues("fail"))  # read for training, the same file is malformed
 
 
 @pytest.mark.skipif(not SHARED.is_file(), reason="the real CMRC 2018 trial file is not beside the checkout")

@@ -146,7 +146,9 @@ ABSENT_MEANS_OFF = {"file", "text_field", "hub_id", "source", "files", "optional
                     "training", "user_dict", "path", "limit", "dev", "test", "licence",
                     # objective options: absent is plain MLM-style training (no SBO, no RTD, a token budget)
                     # and PERT's own PerLM (no limit, local, partial)
-                    "sbo", "rtd", "budget", "permutation", "granularity", "space", "targets"}
+                    "sbo", "rtd", "budget", "permutation", "granularity", "space", "targets",
+                    # an objective without its own recipe trains with pretrain's knobs
+                    "pretrain"}
 
 
 def _unset_fields(model, where=""):

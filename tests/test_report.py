@@ -161,7 +161,7 @@ def _sections(params: Params, metrics: Path, root: Path) -> dict[str, str]:
         "findings.md.j2": findings_section(params, outcomes, metrics),
         "corpus.md.j2": corpus_section(metrics, tasks),
         "pretraining.md.j2": pretraining_section(metrics, objectives, params.pretrain.seeds, params.objectives,
-                                                 figures),
+                                                 params.pretrain, figures),
         "curves.md.j2": curves_section(params, metrics, figures),
         "comparison.md.j2": comparison_section(params, outcomes),
         "finetune.md.j2": finetune_section(results, models, tasks, figures),

@@ -9,11 +9,12 @@ from scipy import stats
 from sklearn.metrics import f1_score
 
 from tasks.report.statistics import (Design, Outcomes, compare, decompose, effect_for, error_rates, example_bootstrap,
-                                     f1_of, macro_f1_of, mean_of, multibootstrap)
+                                     f1_of, macro_f1_of, mean_of, multibootstrap, paired_mde)
 
 # the study's shape (5 pretraining seeds x 3 fine-tuning seeds x 1,000 test examples) in two regimes:
-# test-sample noise dominating (as on LCQMC and the MRC task), and pretraining-seed noise dominating
-EXAMPLES_DOMINATE = Design(seeds=5, finetune_seeds=3, examples=1000, seed_sd=0.1, finetune_sd=0.06)
+# test-sample noise dominating a run's variance, and pretraining-seed noise dominating it
+# (test_the_designs_are_what_their_names_say checks the shares)
+EXAMPLES_DOMINATE = Design(seeds=5, finetune_seeds=3, examples=1000, seed_sd=0.03, finetune_sd=0.02)
 SEEDS_DOMINATE = Design(seeds=5, finetune_seeds=3, examples=1000, seed_sd=0.3, finetune_sd=0.1)
 
 
@@ -101,3 +102,34 @@ def test_a_component_one_seed_cannot_estimate_is_not_reported_as_zero():
     one = Outcomes(a.counts[:1], a.metric, a.seeds[:1], a.finetune_seeds)
     shares = decompose(one).shares
     assert np.isnan(shares["pretraining_seed"]) and shares["finetuning_seed"] + shares["test_sample"] == pytest.approx(1)
+
+
+def test_the_designs_are_what_their_names_say():
+    rng = np.random.default_rng(11)
+    examples = np.mean([decompose(EXAMPLES_DOMINATE.draw(rng)[0]).shares["test_sample"] for _ in range(20)])
+    seeds = np.mean([decompose(SEEDS_DOMINATE.draw(rng)[0]).shares["pretraining_seed"] for _ in range(20)])
+    assert examples > 0.6 and seeds > 0.6
+
+
+def test_two_replicates_give_no_zero_width_interval_and_keep_the_false_positive_rate():
+    design = Design(seeds=2, finetune_seeds=1, examples=300, seed_sd=0.05, finetune_sd=0.02)
+    rng = np.random.default_rng(12)
+    results = [compare(*design.draw(rng)) for _ in range(1000)]
+    assert min(r.high - r.low for r in results) > 0
+    assert np.mean([r.low > 0 or r.high < 0 for r in results]) <= 0.07
+    assert {r.verdict for r in results} == {"too few replicates"}  # an interval, but no verdict from 2 seeds
+
+
+def test_the_decomposition_mde_is_the_paired_comparisons():
+    for design in (EXAMPLES_DOMINATE, SEEDS_DOMINATE):
+        rng = np.random.default_rng(13)
+        pairs = [design.draw(rng) for _ in range(200)]
+        planned = np.mean([paired_mde(a) for a, _ in pairs])
+        realised = np.mean([compare(a, b).mde for a, b in pairs])
+        assert planned == pytest.approx(realised, rel=0.15)
+
+
+def test_one_test_example_gives_no_interval():
+    a, b = (Outcomes(np.array([[[[c, 1.0]]]]), mean_of(scale=100)) for c in (1.0, 0.0))
+    result = compare(a, b)
+    assert result.difference == 100 and np.isnan(result.low) and result.verdict == "n/a"

@@ -20,6 +20,7 @@ TOKENS = Path("data/tokens/sentences.parquet")
 TOKENIZER = Path("models/tokenizer")
 LEXICON = Path("data/similar_words/lexicon.parquet")
 PRETRAINING = Path("data/pretraining")
+RECIPES = Path("data/recipes")            # sweep@<objective>: <objective>.json, the setting pretrain trains with
 MULTILINGUAL = Path("data/multilingual/documents.parquet")
 MULTILINGUAL_TOKENIZER = Path("models/tokenizer_multilingual")
 MIXTURES = Path("data/mixtures")          # resample@<mixture>: <mixture>.parquet

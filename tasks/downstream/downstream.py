@@ -35,7 +35,7 @@ from tasks.downstream.glue import read_glue
 from tasks.downstream.conll import NerSentence, entity_counts, read_conll
 from tasks.downstream.ner_mrc import DEFAULT_QUERIES, ner_to_mrc
 from tasks.downstream.polarity import deduplicate, read_polarity_lines, split_table
-from tasks.downstream.squad import MrcExample, read_squad
+from tasks.downstream.squad import MrcExample, located, read_squad
 from tasks.downstream.tables import read_table
 
 NER_SCHEMA = pa.schema([("id", pa.string()), ("tokens", pa.list_(pa.string())), ("tags", pa.list_(pa.string()))])
@@ -79,31 +79,32 @@ def eval_texts(family: str, table: pa.Table) -> list[str]:
 # --------------------------------------------------------------------------- preparation
 
 
-def _read_glue(data: TaskData, path: Path, issues: Issues) -> pa.Table:
+def _read_glue(data: TaskData, path: Path, issues: Issues, role: str) -> pa.Table:
     return read_glue(path, data.glue_task, issues)
 
 
-def _read_clue_jsonl(data: TaskData, path: Path, issues: Issues) -> pa.Table:
+def _read_clue_jsonl(data: TaskData, path: Path, issues: Issues, role: str) -> pa.Table:
     cols = data.columns
     return read_clue_jsonl(path, cols.get("text_a", "sentence"), cols.get("text_b"), cols.get("label", "label"),
                            data.labels, issues)
 
 
-def _read_table(data: TaskData, path: Path, issues: Issues) -> pa.Table:
+def _read_table(data: TaskData, path: Path, issues: Issues, role: str) -> pa.Table:
     cols = data.columns
     return read_table(path, cols.get("text_a", "text_a"), cols.get("text_b"), cols.get("label", "label"), issues)
 
 
-def _read_conll(data: TaskData, path: Path, issues: Issues) -> pa.Table:
+def _read_conll(data: TaskData, path: Path, issues: Issues, role: str) -> pa.Table:
     return ner_table(read_conll(path, data.scheme, issues, labels=data.labels))
 
 
-def _read_squad(data: TaskData, path: Path, issues: Issues) -> pa.Table:
-    return mrc_table(read_squad(path, issues))
+def _read_squad(data: TaskData, path: Path, issues: Issues, role: str) -> pa.Table:
+    # every gold answer text of what may be scored (dev, test, or an "all" file carved into them)
+    return mrc_table(read_squad(path, issues, evaluation=role != "train"))
 
 
-# loader name (params ``tasks.<name>.loader``) -> reader of one file into the loader's records;
-# polarity_lines reads its two files together (see prepare_task)
+# loader name (params ``tasks.<name>.loader``) -> reader of one file (in its role: train, dev, test,
+# all) into the loader's records; polarity_lines reads its two files together (see prepare_task)
 LOADERS = {"glue": _read_glue, "clue_jsonl": _read_clue_jsonl, "table": _read_table, "conll": _read_conll,
            "ner_as_mrc": _read_conll, "squad": _read_squad}
 
@@ -143,7 +144,7 @@ def prepare_task(name: str, spec: DownstreamTask, raw_dir: Path, seed: int) -> t
         examples, stats["deduplication"] = deduplicate(read_polarity_lines(files))
         parts = {"all": split_table(name, examples)}
     else:
-        parts = {role: LOADERS[data.loader](data, source_file(raw_dir, data.source, file), issues)
+        parts = {role: LOADERS[data.loader](data, source_file(raw_dir, data.source, file), issues, role)
                  for role, file in sorted(data.files.items())}
     pool = parts.pop("all", None)
     if pool is not None:
@@ -155,6 +156,8 @@ def prepare_task(name: str, spec: DownstreamTask, raw_dir: Path, seed: int) -> t
     for split, n in sorted(data.limit.items()):
         if parts[split].num_rows > n:
             parts[split], _ = _subset(parts[split], n, rng)
+    if data.loader == "squad" and "train" not in data.files:  # carved from a file read for scoring
+        parts["train"] = mrc_table(located(mrc_examples(parts["train"]), issues, data.files["all"]))
     if data.loader == "ner_as_mrc":
         queries = data.queries or DEFAULT_QUERIES
         stats["sentences"] = {s: t.num_rows for s, t in parts.items()}

@@ -63,7 +63,10 @@ def _get(obj: Any, key: str, kind: type, path: Path, where: str) -> Any:
     return value
 
 
-def read_squad(path: Path, issues: Issues, require_answers: bool = True) -> list[MrcExample]:
+UNLOCATED = -1  # the start of an evaluation answer whose text is not in the context (scored by text alone)
+
+
+def read_squad(path: Path, issues: Issues, require_answers: bool = True, evaluation: bool = False) -> list[MrcExample]:
     """Examples of a SQuAD v1.1 / CMRC 2018 file, in file order.
 
     Format: ``{"data": [{"paragraphs": [{"context": str, "qas": [{"id": str,
@@ -86,10 +89,18 @@ def read_squad(path: Path, issues: Issues, require_answers: bool = True) -> list
     * ``duplicate_id``: a question id seen before in the file (not repairable;
       the later question is dropped).
 
+    With ``evaluation`` (a dev or test file) an ``answer_start`` that does not fit is no issue:
+    evaluation scores every gold answer *text*, as the official CMRC 2018 and SQuAD scripts do
+    (the CMRC 2018 dev set has 200 extra human answers with ``answer_start: -1`` whose text is not
+    in the context); such an answer is moved to its nearest occurrence, or kept at
+    :data:`UNLOCATED` when the text does not occur. Only training needs a located span
+    (:func:`located`).
+
     Args:
         path: the JSON file.
         issues: the malformed-record policy and its counters.
         require_answers: see ``no_answer`` above.
+        evaluation: the file is scored, not trained on (above).
     Returns:
         The examples, one per kept question.
     Raises:
@@ -134,6 +145,9 @@ def read_squad(path: Path, issues: Issues, require_answers: bool = True) -> list
                         answers.append((text, start))
                         continue
                     found = _occurrences(context, text)
+                    if evaluation:
+                        answers.append((text, min(found, key=lambda s: (abs(s - start), s)) if found else UNLOCATED))
+                        continue
                     detail = (f"answers[{n}] {text[:20]!r} does not start at answer_start {start}; "
                               + (f"nearest occurrence at {min(found, key=lambda s: (abs(s - start), s))}"
                                  if found else "the text does not occur in the context"))
@@ -144,3 +158,17 @@ def read_squad(path: Path, issues: Issues, require_answers: bool = True) -> list
                     continue
                 examples.append(MrcExample(qid, question, context, tuple(answers)))
     return examples
+
+
+def located(examples: list[MrcExample], issues: Issues, where: str) -> list[MrcExample]:
+    """Training examples from evaluation-read ones: each keeps only its located answers (the first
+    is the training target); an example left without one is dropped (``no_answer`` under
+    ``issues``, at ``where#<id>``)."""
+    out = []
+    for ex in examples:
+        answers = tuple(a for a in ex.answers if a[1] != UNLOCATED)
+        if len(answers) < len(ex.answers) and not answers:
+            issues.found(f"{where}#{ex.id}", "no_answer", "no answer text occurs in the context (training needs a span)")
+            continue
+        out.append(MrcExample(ex.id, ex.question, ex.context, answers) if len(answers) < len(ex.answers) else ex)
+    return out

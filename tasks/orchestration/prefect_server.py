@@ -55,8 +55,10 @@ def prefect_server(timeout: float = 120.0) -> Iterator[str]:
     port = _free_port()
     api_url = f"http://127.0.0.1:{port}/api"
     log = open(os.devnull, "w")
+    # the server dies with this process, even one killed with -9 (its port and database with it)
     server = subprocess.Popen([sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1",
-                               "--port", str(port)], stdout=log, stderr=log)
+                               "--port", str(port)], stdout=log, stderr=log,
+                              preexec_fn=partial(die_with_parent, signal.SIGTERM, os.getpid()))
     try:
         deadline = time.monotonic() + timeout
         while not _healthy(api_url):

@@ -1,35 +1,53 @@
-"""``make study``: the pipeline with several pretraining seeds, as one DVC experiment, and its report
-and metrics kept in ``reports/study/`` (committed), so that its findings are about procedures.
+"""``make study`` and ``make compare``: the pipeline under other params as one DVC experiment, kept as
+an experiment (shareable with ``dvc exp push``), and its report copied into ``reports/<which>/``
+(committed).
 
-The experiment is the default run with :data:`STUDY`'s params (more pretraining seeds, ELECTRA at
-MLM's compute, the snapshots fine-tuned); DVC reruns only what they change and takes the rest
-from its cache (the first seed's models are the default run's). Afterwards the workspace is put
-back to the committed params and outputs (``git checkout`` + ``dvc checkout``), and
-``reports/study/`` holds the experiment's ``report.md``, ``report.html``, ``figures/`` and
-``metrics/``, with ``study.json`` (params, wall time, the stages that ran).
+The experiment is the default run with the params of :data:`STUDIES` (``study``: more pretraining
+seeds, MacBERT's Mac and ELECTRA at MLM's compute, the snapshots fine-tuned; ``compare``: every
+objective of ``params.yaml``, one pretraining seed); DVC reruns only what they change and takes the
+rest from its cache. It runs in a temporary workspace (``dvc exp run --temp``), so the user's
+workspace, committed or not, is never touched; it refuses to start when tracked files have
+uncommitted changes (the experiment would silently include them). Afterwards ``reports/<which>/``
+holds the experiment's ``report.md``, ``report.html``, ``figures/``, ``variance.json`` and
+``metrics/``, read from the experiment through DVC's own file system, ``study.json`` (experiment
+name, params, wall time, the stages that ran) and the MDE planner's ``plan.md`` for a 1-point MDE
+(:mod:`tasks.report.planner`). If the experiment fails, ``reports/<which>/`` is left as it was.
 
 Usage::
 
-    python -m tasks.orchestration.prefect_server python -m tasks.orchestration.study   # make study
+    python -m tasks.orchestration.prefect_server python -m tasks.orchestration.study study    # make study
+    python -m tasks.orchestration.prefect_server python -m tasks.orchestration.study compare  # make compare
 """
 
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from tasks.core import paths
-from tasks.core.io import to_json
+from tasks.core.io import atomic_outputs, to_json
+from tasks.core.params import load_params
+from tasks.report.planner import main as plan
 
-STUDY = {
-    "compare": "[mlm,wwm,electra]",  # electra: at MLM's model FLOPs (its budget: mlm_flops)
-    "pretrain.seeds": "[42,43,44,45,46]",
-    "curves.tasks": "[msra_ner]",
+STUDIES = {
+    "study": {
+        "compare": "[mlm,wwm,mac,electra]",  # electra: at MLM's model FLOPs (its budget: mlm_flops)
+        "pretrain.seeds": "[42,43,44,45,46]",
+        "curves.tasks": "[msra_ner]",
+    },
+    "compare": {"compare": lambda: f"[{','.join(load_params().objectives)}]"},  # one seed: about those checkpoints
 }
-OUT = paths.REPORTS / "study"
+COPIED = ("reports/report.md", "reports/report.html", "reports/figures", "reports/variance.json", "metrics")
+
+
+def uncommitted() -> list[str]:
+    """Tracked files with changes git has not committed (what ``dvc exp run`` would include)."""
+    out = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True,
+                         check=True).stdout
+    return [line[3:] for line in out.splitlines() if line.strip()]
 
 
 def _run(cmd: list[str], log) -> str:
@@ -48,25 +66,42 @@ def _run(cmd: list[str], log) -> str:
     return "".join(lines)
 
 
+def copy_experiment(name: str, out: Path) -> None:
+    """The experiment's user-facing outputs (:data:`COPIED`) into the new folder ``out``, through
+    DVC's file system at the experiment's commit (git-tracked files and DVC outputs alike)."""
+    from dvc.api import DVCFileSystem
+
+    fs = DVCFileSystem(".", rev=name)
+    out.mkdir(parents=True)
+    for path in COPIED:
+        fs.get(path, str(out / Path(path).name), recursive=fs.isdir(path))
+
+
 def main(argv: list[str]) -> int:
-    overrides = [a for k, v in STUDY.items() for a in ("-S", f"{k}={v}")]
+    which = argv.pop(0) if argv and argv[0] in STUDIES else "study"
+    if any(a in ("--queue", "--temp", "-n", "--name") for a in argv):
+        print("study: it names and runs its own experiment (--temp); run `dvc exp run --queue` yourself for other "
+              "experiments", file=sys.stderr)
+        return 2
+    dirty = uncommitted()
+    if dirty:
+        print(f"study: {len(dirty)} tracked file(s) have uncommitted changes ({', '.join(dirty[:5])}); commit or "
+              "stash them first: the study's experiment would include them", file=sys.stderr)
+        return 2
+    name, out_dir = time.strftime(f"{which}-%Y%m%d-%H%M%S"), paths.REPORTS / which
+    params = {k: v() if callable(v) else v for k, v in STUDIES[which].items()}
+    overrides = [a for k, v in params.items() for a in ("-S", f"{k}={v}")]
     t0 = time.time()
-    out = _run(["dvc", "exp", "run", *overrides, *argv], sys.stdout)
+    out = _run(["dvc", "exp", "run", "--temp", "--name", name, *overrides, *argv], sys.stdout)
     wall = time.time() - t0
-    if OUT.exists():
-        shutil.rmtree(OUT)
-    OUT.mkdir(parents=True)
-    for name in ("report.md", "report.html", "figures"):
-        source = paths.REPORTS / name
-        (shutil.copytree if source.is_dir() else shutil.copy)(source, OUT / name)
-    shutil.copytree(paths.METRICS, OUT / "metrics")
-    (OUT / "study.json").write_text(to_json({
-        "params": STUDY, "wall_sec": round(wall, 1),
-        "stages_run": sorted(set(re.findall(r"Running stage '([^']+)'", out)))}), encoding="utf-8")
-    # back to the committed params and outputs (the experiment stays in DVC's experiments and cache)
-    _run(["git", "checkout", "--", "params.yaml", "dvc.lock", str(paths.METRICS)], sys.stdout)
-    _run(["dvc", "checkout", "--force"], sys.stdout)
-    print(f"study: {wall / 3600:.2f} h; report and metrics in {OUT}/")
+    with atomic_outputs(out_dir) as (folder,):
+        copy_experiment(name, folder)
+        (folder / "study.json").write_text(to_json({
+            "experiment": name, "params": params, "wall_sec": round(wall, 1),
+            "stages_run": sorted(set(re.findall(r"Running stage '([^']+)'", out)))}), encoding="utf-8")
+    plan([str(out_dir), "--target", "1.0"])
+    print(f"{which}: {wall / 3600:.2f} h; experiment {name} (dvc exp show; dvc exp push <remote> {name}); report, "
+          f"metrics and plan in {out_dir}/")
     return 0
 
 

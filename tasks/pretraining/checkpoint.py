@@ -46,18 +46,19 @@ def world_size(distributed) -> int:
     return distributed.nproc_per_node * distributed.nnodes
 
 
-def pretrain_checkpoint(objective: str, seed: int, params, spec, masking: MaskingConfig,
+def pretrain_checkpoint(objective: str, seed: int, params, cfg, spec, masking: MaskingConfig,
                         init_folder: Path | None = None) -> tuple[Path, str]:
     """The rolling checkpoint file of ``pretrain@<objective>-<seed>`` and its fingerprint: a
     checkpoint is reused only by a run with the same params and inputs (the other pretraining seeds
     aside; the masking params, ``pretraining_data``, act at batch time under dynamic masking; the
     processes and accumulation steps change the float rounding; ``init_folder``, the
-    ``pretrain.init_from`` checkpoint, is hashed file by file, since DVC does not track it)."""
+    ``pretrain.init_from`` checkpoint, is hashed file by file, since DVC does not track it; ``cfg``:
+    the objective's recipe, :func:`tasks.pretraining.sweep.recipe`)."""
     lexicon = [paths.LEXICON] if spec.dynamic and masking.similar else []
     init = [init_folder] if init_folder is not None else []
     name = paths.seeded(objective, seed)
     fingerprint = checkpoint_fingerprint(
-        "pretrain", objective, params.model, params.pretrain.model_dump(mode="json", exclude={"seeds"}), spec,
+        "pretrain", objective, params.model, cfg.model_dump(mode="json", exclude={"seeds"}), spec,
         params.pretraining_data, seed, world_size(params.distributed),
         data=[paths.PRETRAINING / name, paths.TOKENIZER] + lexicon + init)
     return paths.CHECKPOINTS / "pretrain" / name / "last.pt", fingerprint

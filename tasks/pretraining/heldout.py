@@ -16,18 +16,21 @@ beside fine-tuning.
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
 import torch
 import torch.nn.functional as F
-from transformers import PreTrainedModel, PreTrainedTokenizerBase
+from transformers import (AutoModel, BertForMaskedLM, ElectraForMaskedLM, ElectraForPreTraining, PreTrainedModel,
+                          PreTrainedTokenizerBase)
 
 from tasks.core import paths
 from tasks.core.errors import SourceError
 from tasks.core.rng import named_rng
+from tasks.pretraining.gates import collapse_gate, mlm_gates, rtd_gates, unigram_log_probs
 from tasks.pretraining.masking import MaskingConfig, mask_batch
-from tasks.pretraining.modeling import replace_tokens
+from tasks.pretraining.modeling import GENERATOR_DIR, replace_tokens
 from tasks.pretraining.packing import pack_documents
 from tasks.training.batching import pad_batch
 
@@ -69,7 +72,8 @@ def word_ids_for(ids: np.ndarray, offsets: np.ndarray) -> np.ndarray:
 def _masked_batches(ids: np.ndarray, offsets: np.ndarray, lang: str, seed: int, mask_token_id: int,
                     masked_lm_prob: float, max_predictions: int, batch_size: int, device: torch.device):
     """The held-out sequences in batches, masked the same way for every model: ``(input_ids,
-    attention_mask, rows, cols, labels)`` tensors on ``device``, batches without a masked token left out."""
+    attention_mask, rows, cols, labels)`` tensors on ``device`` and ``start``, the first sequence's
+    index (``rows`` are within the batch); batches without a masked token left out."""
     config = MaskingConfig(scheme="mlm", masked_lm_prob=masked_lm_prob, max_predictions=max_predictions,
                            mask=1.0, random=0.0)
     rng = named_rng(seed, lang)
@@ -83,36 +87,42 @@ def _masked_batches(ids: np.ndarray, offsets: np.ndarray, lang: str, seed: int, 
         rows, cols = np.nonzero(masked.chosen)
         if len(rows):
             yield tuple(torch.from_numpy(np.asarray(x).astype(np.int64)).to(device)
-                        for x in (masked.input_ids, valid, rows, cols, masked.labels[rows, cols]))
+                        for x in (masked.input_ids, valid, rows, cols, masked.labels[rows, cols])) + (start,)
 
 
 @torch.no_grad()
 def evaluate_mlm(model: PreTrainedModel, ids: np.ndarray, offsets: np.ndarray, *, lang: str, seed: int,
                  mask_token_id: int, masked_lm_prob: float, max_predictions: int, device: torch.device,
-                 batch_size: int = 32) -> dict:
+                 batch_size: int = 32, positions: bool = False) -> dict:
     """MLM accuracy and perplexity on held-out sequences (module docstring).
 
     Args:
         model: a masked LM (its ``bert`` encoder and ``cls`` head are used).
         ids, offsets: the sequences in flat layout (:func:`pack_by_language`).
         lang: seeds the masks together with ``seed``: the same positions for every model.
+        positions: also return each masked position's measures (for :mod:`tasks.pretraining.gates`).
     Returns:
         ``{"predictions", "loss", "accuracy", "perplexity"}`` (loss in nats per masked token; None
-        without a prediction).
+        without a prediction); with ``positions``, ``"positions"``: ``{"losses", "correct",
+        "labels", "rows"}``, ``[M]`` arrays (``rows``: the sequence of each position).
     """
     model.to(device).eval()
-    loss_sum, correct, count = 0.0, 0, 0
-    for input_ids, valid, rows, cols, labels in _masked_batches(ids, offsets, lang, seed, mask_token_id,
-                                                                masked_lm_prob, max_predictions, batch_size, device):
+    parts = {"losses": [], "correct": [], "labels": [], "rows": []}
+    for input_ids, valid, rows, cols, labels, start in _masked_batches(
+            ids, offsets, lang, seed, mask_token_id, masked_lm_prob, max_predictions, batch_size, device):
         hidden = model.bert(input_ids=input_ids, attention_mask=valid).last_hidden_state
         logits = model.cls(hidden[rows, cols]).float()
-        loss_sum += float(F.cross_entropy(logits, labels, reduction="sum"))
-        correct += int((logits.argmax(-1) == labels).sum())
-        count += len(rows)
-    if not count:
+        parts["losses"].append(F.cross_entropy(logits, labels, reduction="none").double().cpu())
+        parts["correct"].append((logits.argmax(-1) == labels).cpu())
+        parts["labels"].append(labels.cpu())
+        parts["rows"].append(rows.cpu() + start)
+    if not parts["losses"]:
         return {"predictions": 0, "loss": None, "accuracy": None, "perplexity": None}
-    return {"predictions": count, "loss": loss_sum / count, "accuracy": correct / count,
-            "perplexity": math.exp(loss_sum / count)}
+    arrays = {k: torch.cat(v).numpy() for k, v in parts.items()}
+    loss = float(arrays["losses"].sum()) / len(arrays["losses"])
+    out = {"predictions": len(arrays["losses"]), "loss": loss, "accuracy": float(arrays["correct"].mean()),
+           "perplexity": math.exp(loss)}
+    return {**out, "positions": arrays} if positions else out
 
 
 @torch.no_grad()
@@ -124,42 +134,119 @@ def evaluate_rtd(discriminator: PreTrainedModel, generator: PreTrainedModel, ids
     scored by ``discriminator`` (an ``ElectraForPreTraining``) on every token.
 
     Returns:
-        ``{"tokens", "rtd_loss", "rtd_accuracy"}`` (binary cross-entropy in nats per token; None
-        without a masked token).
+        ``{"tokens", "rtd_loss", "rtd_accuracy", "sample_match"}`` (binary cross-entropy in nats per
+        token; the share of samples equal to the original token; None without a masked token) and
+        ``"tokens_measured"``: ``{"losses", "scores", "targets", "rows"}``, ``[T]`` arrays of every
+        token (discriminator logits, replaced or not, the sequence of each), for
+        :func:`tasks.pretraining.gates.rtd_gates`.
     """
     discriminator.to(device).eval()
     generator.to(device).eval()
     draws = torch.Generator(device=device).manual_seed(seed)
-    loss_sum, correct, count = 0.0, 0, 0
-    for input_ids, valid, rows, cols, labels in _masked_batches(ids, offsets, lang, seed, mask_token_id,
-                                                                masked_lm_prob, max_predictions, batch_size, device):
+    parts = {"losses": [], "scores": [], "targets": [], "rows": []}
+    matched, sampled_count = 0, 0
+    for input_ids, valid, rows, cols, labels, start in _masked_batches(
+            ids, offsets, lang, seed, mask_token_id, masked_lm_prob, max_predictions, batch_size, device):
         hidden = generator.electra(input_ids=input_ids, attention_mask=valid).last_hidden_state
         logits = generator.generator_lm_head(generator.generator_predictions(hidden[rows, cols])).float()
         sampled = torch.multinomial(F.softmax(logits, dim=-1), 1, generator=draws).squeeze(1)
+        matched, sampled_count = matched + int((sampled == labels).sum()), sampled_count + len(labels)
         corrupted, replaced = replace_tokens(input_ids, rows, cols, sampled, labels)
-        scores = discriminator(input_ids=corrupted, attention_mask=valid).logits[valid.bool()].float()
-        target = replaced[valid.bool()].float()
-        loss_sum += float(F.binary_cross_entropy_with_logits(scores, target, reduction="sum"))
-        correct += int(((scores > 0) == target.bool()).sum())
-        count += len(target)
-    if not count:
-        return {"tokens": 0, "rtd_loss": None, "rtd_accuracy": None}
-    return {"tokens": count, "rtd_loss": loss_sum / count, "rtd_accuracy": correct / count}
+        mask = valid.bool()
+        scores = discriminator(input_ids=corrupted, attention_mask=valid).logits[mask].float()
+        target = replaced[mask]
+        parts["losses"].append(F.binary_cross_entropy_with_logits(scores, target.float(), reduction="none")
+                               .double().cpu())
+        parts["scores"].append(scores.cpu())
+        parts["targets"].append(target.cpu())
+        parts["rows"].append(mask.nonzero()[:, 0].cpu() + start)
+    if not parts["losses"]:
+        return {"tokens": 0, "rtd_loss": None, "rtd_accuracy": None, "sample_match": None}
+    arrays = {k: torch.cat(v).numpy() for k, v in parts.items()}
+    return {"tokens": len(arrays["losses"]), "rtd_loss": float(arrays["losses"].sum()) / len(arrays["losses"]),
+            "rtd_accuracy": float(((arrays["scores"] > 0) == arrays["targets"]).mean()),
+            "sample_match": matched / sampled_count, "tokens_measured": arrays}
+
+
+@torch.no_grad()
+def token_state_sums(encoder: PreTrainedModel, ids: np.ndarray, offsets: np.ndarray, device: torch.device,
+                     batch_size: int = 32) -> tuple[np.ndarray, np.ndarray]:
+    """Per held-out sequence, the sum of its last-layer token states normalised to unit length and
+    its token count (``[S, H]``, ``int [S]``): what :func:`tasks.pretraining.gates.collapse_gate`
+    needs for the mean cosine between token states. ``encoder``: an ``AutoModel`` (BERT, ELECTRA)."""
+    encoder.to(device).eval()
+    sums, counts = [], []
+    for start in range(0, len(offsets) - 1, batch_size):
+        index = np.arange(start, min(start + batch_size, len(offsets) - 1))
+        batch_ids, valid = pad_batch(ids, offsets, index)
+        mask = torch.from_numpy(valid.astype(np.int64)).to(device)
+        hidden = encoder(input_ids=torch.from_numpy(batch_ids.astype(np.int64)).to(device),
+                         attention_mask=mask).last_hidden_state.float()
+        unit = F.normalize(hidden, dim=-1) * mask[..., None]
+        sums.append(unit.sum(1).double().cpu())
+        counts.append(mask.sum(1).cpu())
+    return torch.cat(sums).numpy(), torch.cat(counts).numpy()
 
 
 def heldout_text(task: str, tokenizer: PreTrainedTokenizerBase, max_seq_length: int,
-                 sequences: int) -> tuple[np.ndarray, np.ndarray]:
+                 sequences: int, split: str | None = None) -> tuple[np.ndarray, np.ndarray]:
     """The evaluation text of ``task`` (its dev and test text, which ingest kept out of the
-    pretraining corpus: ``data/downstream/<task>/eval_texts.parquet``), packed into at most
-    ``sequences`` sequences, in flat layout.
+    pretraining corpus: ``data/downstream/<task>/eval_texts.parquet``), or of its ``split``
+    alone, packed into at most ``sequences`` sequences, in flat layout. A recipe is chosen on
+    ``split="dev"`` (stage ``sweep``), never on test text.
 
     Raises:
-        SourceError: the task's data is missing (stage ``downstream@<task>`` makes it).
+        SourceError: the task's data is missing (stage ``downstream@<task>`` makes it), or has no
+            text of ``split``.
     """
     path = paths.DOWNSTREAM / task / paths.EVAL_TEXTS_FILE
     if not path.is_file():
         raise SourceError(f"{path} is missing: stage downstream@{task} makes it")
-    texts = pq.read_table(path).column("text").to_pylist()
+    table = pq.read_table(path)
+    texts = [t for t, s in zip(table.column("text").to_pylist(), table.column("split").to_pylist())
+             if split in (None, s)]
+    if not texts:
+        raise SourceError(f"{path} has no {split} text: rerun stage downstream@{task}")
     ids, offsets = pack_by_language(tokenizer, [task] * len(texts), texts, max_seq_length)[task]
     n = min(sequences, len(offsets) - 1)
     return ids[:offsets[n]], offsets[:n + 1]
+
+
+def corpus_unigram(tokens: Path, vocab_size: int, special_ids: list[int]) -> np.ndarray:
+    """:func:`tasks.pretraining.gates.unigram_log_probs` of the token ids of the pretraining corpus
+    (``data/tokens/sentences.parquet``, column ``input_ids``), read in row groups."""
+    counts = np.zeros(vocab_size, dtype=np.int64)
+    for batch in pq.ParquetFile(tokens).iter_batches(columns=["input_ids"]):
+        values = np.asarray(batch.column(0).values)
+        counts += np.bincount(values, minlength=vocab_size)[:vocab_size]
+    return unigram_log_probs(counts, special_ids)
+
+
+def heldout_point(folder: Path, measure: str | None, ids: np.ndarray, offsets: np.ndarray, unigram: np.ndarray,
+                  masks: dict) -> dict:
+    """The held-out measure of the model saved in ``folder`` (``measure``: ``mlm``, ``rtd`` or None,
+    as its ``pretraining.json`` says) and its gates (:mod:`tasks.pretraining.gates`): the
+    objective's, and the collapse gate on its encoder's token states.
+
+    Args:
+        masks: the keyword arguments of :func:`evaluate_mlm` (seed, mask id, rates, device).
+    Returns:
+        A :class:`tasks.core.metrics.pretraining.CurvePoint`'s fields but ``fraction``, and
+        ``predictions``: the positions measured (None without a measure).
+    """
+    point, gates = {}, []
+    if measure == "mlm":
+        scores = evaluate_mlm(BertForMaskedLM.from_pretrained(folder), ids, offsets, positions=True, **masks)
+        at = scores["positions"]
+        gates, references = mlm_gates(at["losses"], at["correct"], at["labels"], at["rows"], unigram)
+        point = {"loss": scores["loss"], "accuracy": scores["accuracy"], "predictions": scores["predictions"],
+                 **references}
+    elif measure == "rtd":
+        scores = evaluate_rtd(ElectraForPreTraining.from_pretrained(folder),
+                              ElectraForMaskedLM.from_pretrained(folder / GENERATOR_DIR), ids, offsets, **masks)
+        at = scores["tokens_measured"]
+        gates, measures = rtd_gates(at["losses"], at["scores"], at["targets"], at["rows"], scores["sample_match"])
+        point = {"rtd_loss": scores["rtd_loss"], "rtd_accuracy": scores["rtd_accuracy"], "predictions": scores["tokens"],
+                 **measures}
+    gates.append(collapse_gate(*token_state_sums(AutoModel.from_pretrained(folder), ids, offsets, masks["device"])))
+    return {"loss": None, "accuracy": None, "predictions": None, **point, "gates": [g.record() for g in gates]}

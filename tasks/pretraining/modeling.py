@@ -31,6 +31,7 @@ from tasks.core.errors import ParamsError, SourceError
 from tasks.core.io import atomic_outputs, write_json
 from tasks.core.model_dir import load_model, load_tokenizer
 from tasks.core.params import ModelSize, Pretrain
+from tasks.pretraining.initialization import init_positions
 from tasks.training.device import set_tf32
 
 
@@ -50,33 +51,17 @@ def bert_config(size: ModelSize, vocab_size: int, max_seq_length: int, pad_token
     )
 
 
-def sinusoidal_positions(length: int, dim: int) -> torch.Tensor:
-    """``[length, dim]`` sinusoidal position encodings of amplitude 1 (Vaswani et al. 2017, §3.5)."""
-    position = torch.arange(length, dtype=torch.float32).unsqueeze(1)
-    freq = torch.exp(torch.arange(0, dim, 2, dtype=torch.float32) * (-math.log(10000.0) / dim))
-    table = torch.zeros(length, dim)
-    table[:, 0::2] = torch.sin(position * freq)
-    table[:, 1::2] = torch.cos(position * freq)[:, : dim // 2]
-    return table
-
-
-def new_masked_lm(config: BertConfig, seed: int, sinusoidal_position_amplitude: float = 0.0) -> BertForMaskedLM:
-    """A randomly initialised ``BertForMaskedLM`` (BERT's init: normal, std 0.02).
-
-    With ``sinusoidal_position_amplitude > 0`` the (still trainable) position
-    embeddings start as sinusoids of that amplitude instead. A tiny model trained
-    for minutes on a CPU spends its first millions of tokens on a plateau near
-    the unigram loss while it learns positions; starting from sinusoids of
-    amplitude 0.03 (about the scale of the other embeddings) leaves it sooner
-    (measured here: loss 5.26 vs 5.57 after 6M tokens, 2 layers x 128), and 0.3
-    is worse than both. Saved models are ordinary BERT checkpoints either way.
-    """
+def new_masked_lm(config: BertConfig, seed: int, size: ModelSize | None = None) -> BertForMaskedLM:
+    """A randomly initialised ``BertForMaskedLM`` (BERT's init: normal, std 0.02), its position
+    embeddings and bottom attention heads as ``size`` says (:func:`tasks.pretraining.initialization.init_positions`:
+    sinusoids, and the locality prior with ``local_attention_layers``). Saved models are ordinary
+    BERT checkpoints either way."""
     torch.manual_seed(seed)
     model = BertForMaskedLM(config)
-    if sinusoidal_position_amplitude:
-        table = model.bert.embeddings.position_embeddings.weight
-        with torch.no_grad():
-            table.copy_(sinusoidal_position_amplitude * sinusoidal_positions(*table.shape))
+    if size is not None:
+        init_positions(model.bert.embeddings, [model.bert], amplitude=size.sinusoidal_position_amplitude,
+                       local_layers=size.local_attention_layers, local_strength=size.local_attention_strength,
+                       head_size=config.hidden_size // config.num_attention_heads)
     return model
 
 
@@ -423,7 +408,7 @@ def pretraining_model(params, spec, masking, tokenizer, seed: int, init_folder: 
         return new_electra(params.model, spec.rtd, len(tokenizer), length, tokenizer.pad_token_id, seed)
     if init_folder is None:
         config = bert_config(params.model, len(tokenizer), length, tokenizer.pad_token_id)
-        mlm = new_masked_lm(config, seed, params.model.sinusoidal_position_amplitude)
+        mlm = new_masked_lm(config, seed, params.model)
     else:
         mlm, _ = init_masked_lm(init_folder, tokenizer, length, seed, vocab_setting=params.tokenizer.vocab)
     return PretrainingModel(mlm, predicts_positions=masking.predicts_positions,
@@ -450,15 +435,15 @@ def electra_configs(size: ModelSize, generator_size: float, vocab_size: int, max
 
 def new_electra(size: ModelSize, rtd, vocab_size: int, max_seq_length: int, pad_token_id: int,
                 seed: int) -> ElectraPretrainingModel:
-    """A randomly initialised ELECTRA (normal, std 0.02; position embeddings as :func:`new_masked_lm`)
-    with the generator of ``rtd.generator_size`` and λ = ``rtd.weight``."""
+    """A randomly initialised ELECTRA (normal, std 0.02; positions and the locality prior of both
+    encoders as :func:`new_masked_lm`) with the generator of ``rtd.generator_size`` and λ = ``rtd.weight``."""
     disc_config, gen_config = electra_configs(size, rtd.generator_size, vocab_size, max_seq_length, pad_token_id)
     torch.manual_seed(seed)
     discriminator, generator = ElectraForPreTraining(disc_config), ElectraForMaskedLM(gen_config)
-    if size.sinusoidal_position_amplitude:
-        table = discriminator.electra.embeddings.position_embeddings.weight
-        with torch.no_grad():
-            table.copy_(size.sinusoidal_position_amplitude * sinusoidal_positions(*table.shape))
+    init_positions(discriminator.electra.embeddings, [discriminator.electra, generator.electra],
+                   amplitude=size.sinusoidal_position_amplitude, local_layers=size.local_attention_layers,
+                   local_strength=size.local_attention_strength,
+                   head_size=disc_config.hidden_size // disc_config.num_attention_heads)
     return ElectraPretrainingModel(discriminator, generator, rtd.weight)
 
 

@@ -21,8 +21,9 @@ from tasks.core.metrics.downstream import FinetuneMetrics
 from tasks.core.metrics.multilingual import ContinuePretrainMetrics
 from tasks.core.paths import seeded
 from tasks.report.common import load_metrics, table
+from tasks.report.gates import invalid_reason
 from tasks.report.outcomes import run_counts
-from tasks.report.statistics import Comparison, Outcomes, compare, decompose, from_runs, interval, mde
+from tasks.report.statistics import Comparison, Outcomes, compare, decompose, from_runs, interval, paired_mde
 from tasks.report.templating import render_blocks
 
 
@@ -104,9 +105,10 @@ def _ci(c: Comparison) -> str:
     return f"{signed(c.difference)} [{signed(c.low)}, {signed(c.high)}]"
 
 
-def _row(finding: str, source: str, task: str, c: Comparison, about: str) -> list[str]:
-    agrees = {"better": "agrees", "worse": "contradicts"}.get(c.verdict, "within noise")
-    return [finding, source, task, _ci(c), f"{c.p_value:.3f}", f"{c.mde:.2f}", f"{agrees}{about}"]
+def _row(finding: str, source: str, task: str, c: Comparison, about: str, invalid: str | None = None) -> list[str]:
+    """A Findings row; ``invalid`` (:func:`tasks.report.gates.invalid_reason`) replaces the verdict."""
+    agrees = {"better": "agrees", "worse": "contradicts"}.get(c.verdict, c.verdict)
+    return [finding, source, task, _ci(c), f"{c.p_value:.3f}", f"{c.mde:.2f}", invalid or f"{agrees}{about}"]
 
 
 def _about(c: Comparison) -> str:
@@ -125,22 +127,24 @@ def findings_rows(params, outcomes: dict, metrics: Path) -> list[list[str]]:
             why = f"add {' and '.join(missing)} to compare" if missing else "not fine-tuned yet (stage finetune)"
             rows.append([claim.finding, claim.source, "-", "not run", "-", "-", f"not run: {why}"])
             continue
+        invalid = invalid_reason(metrics, procedures(params), (claim.a, claim.b))
         for t in ran:
             c = compare(outcomes[claim.a, t], outcomes[claim.b, t])
-            rows.append(_row(claim.finding, claim.source, t, c, _about(c)))
-    rows += _reference_rows(params, outcomes) + _cino_rows(params, metrics) + _distill_rows(params, metrics)
+            rows.append(_row(claim.finding, claim.source, t, c, _about(c), invalid))
+    rows += _reference_rows(params, outcomes, metrics) + _cino_rows(params, metrics) + _distill_rows(params, metrics)
     return rows
 
 
-def _reference_rows(params, outcomes: dict) -> list[list[str]]:
+def _reference_rows(params, outcomes: dict, metrics: Path) -> list[list[str]]:
     """How far this run's pretraining is from a published model of similar size (unpaired)."""
     rows = []
     for baseline in params.finetune.baselines:
+        invalid = invalid_reason(metrics, procedures(params), (PRETRAINING, baseline))
         for t in params.finetune.tasks:
             if (PRETRAINING, t) in outcomes and (baseline, t) in outcomes:
                 c = compare(outcomes[PRETRAINING, t], outcomes[baseline, t])
                 rows.append([f"this run's {PRETRAINING} vs the published {baseline} (reference)", "-", t, _ci(c),
-                             f"{c.p_value:.3f}", f"{c.mde:.2f}", c.verdict])
+                             f"{c.p_value:.3f}", f"{c.mde:.2f}", invalid or c.verdict])
     return rows
 
 
@@ -187,7 +191,7 @@ def _distill_rows(params, metrics: Path) -> list[list[str]]:
             c = from_runs(score["kd"], score["labels"], paired=True)
             rows.append([f"distillation beats labels alone ({student})", "TextBrewer (Yang et al. 2020, §4)", task,
                          _ci(c), f"{c.p_value:.3f}", f"{c.mde:.2f}",
-                         {"better": "agrees", "worse": "contradicts"}.get(c.verdict, "within noise")
+                         {"better": "agrees", "worse": "contradicts"}.get(c.verdict, c.verdict)
                          + " (about this teacher)"])
     return rows
 
@@ -219,13 +223,32 @@ def comparison_section(params, outcomes: dict) -> str:
         rows.append([p, *cells])
     for t in tasks:
         o = outcomes.get((PRETRAINING, t)) or next(outcomes[p, t] for p in procedures(params) if (p, t) in outcomes)
-        shares, one = decompose(o).shares, interval(o)
-        # the MDE of a comparison of two independent procedures of this design: twice the variance
+        shares, planned = decompose(o).shares, paired_mde(o)
+        # the MDE of a paired comparison of two procedures that vary as this one (compare's variance)
         decomposition.append([t, *(f"{100 * shares[k]:.0f}%" if not np.isnan(shares[k]) else "n/a (one seed)"
                                    for k in ("pretraining_seed", "finetuning_seed", "test_sample")),
-                              f"{mde(np.sqrt(2) * one.se, one.df):.2f}"])
+                              f"{planned:.2f}" if np.isfinite(planned) else "n/a"])
     headers = ["procedure", *[f"{t} ({_families(params)[t]})" for t in tasks]]
     return render_blocks("comparison.md.j2", table=table(headers, rows),
                          decomposition=table(["task", "pretraining seed", "fine-tuning seed", "test sample",
                                               "MDE (points)"], decomposition),
                          seeds=len(params.pretrain.seeds), finetune_seeds=len(params.finetune.seeds))
+
+
+def variance_components(params, outcomes: dict) -> dict[str, dict]:
+    """Per task, the variance decomposition of the reference procedure (pretraining, :data:`PRETRAINING`,
+    else the first that ran) in metric units² (points²), for the MDE planner
+    (:mod:`tasks.report.planner`): ``procedure``, the components, ``examples``, and the design it came
+    from (``seeds``, ``finetune_seeds``)."""
+    out = {}
+    for t in params.finetune.tasks:
+        name = PRETRAINING if (PRETRAINING, t) in outcomes else next(
+            (p for p in procedures(params) if (p, t) in outcomes), None)
+        if name is None:
+            continue
+        o, d = outcomes[name, t], decompose(outcomes[name, t])
+        value = lambda v: None if np.isnan(v) else float(v)  # noqa: E731  (JSON has no NaN: a component one seed cannot estimate)
+        out[t] = {"procedure": name, "seeds": len(o.seeds), "finetune_seeds": len(o.finetune_seeds),
+                  "pretraining_seed": value(d.pretraining_seed), "finetuning_seed": value(d.finetuning_seed),
+                  "test_sample": value(d.test_sample), "run_noise": value(d.run_noise), "examples": d.examples}
+    return out

@@ -9,8 +9,10 @@ import matplotlib.pyplot as plt
 
 from tasks.core.metrics.pretraining import PretrainingDataMetrics, PretrainMetrics
 from tasks.core.params import Objective
+from tasks.core.params.pretraining import RECIPE_KNOBS
 from tasks.core.paths import seeded
 from tasks.report.common import fmt, load_metrics, read_csv, save_figure, table
+from tasks.report.gates import gates_table
 from tasks.report.templating import render_blocks
 
 # The replacement a chosen token gets first, then the random noise, then keep (as params.yaml writes them).
@@ -53,7 +55,7 @@ def plot_curves(curves: dict[str, list[dict]], y: str, ylabel: str, path: Path) 
 
 
 def pretraining_section(metrics: Path, objectives: list[str], seeds: list[int], specs: dict[str, Objective],
-                        figures: Path) -> str:
+                        pretrain, figures: Path) -> str:
     """The section's Markdown, a row per pretrained model (objective x pretraining seed); writes
     ``pretrain_loss.png`` into ``figures`` when any loss log exists (the first seed's)."""
     rows, curves = [], {}
@@ -79,4 +81,17 @@ def pretraining_section(metrics: Path, objectives: list[str], seeds: list[int], 
                  rows) if rows else None
     if curves:
         plot_curves(curves, "loss", "training loss", figures / "pretrain_loss.png")
-    return render_blocks("pretraining.md.j2", runs=runs, curves=bool(curves))
+    return render_blocks("pretraining.md.j2", runs=runs, curves=bool(curves), recipes=recipes_table(objectives, specs,
+                                                                                                     pretrain),
+                         gates=gates_table(metrics, objectives, seeds))
+
+
+def recipes_table(objectives: list[str], specs: dict[str, Objective], pretrain) -> str:
+    """Each objective's recipe: the pretraining knobs it sets for itself (``objectives.<name>.pretrain``)
+    and the ones it takes from ``pretrain``."""
+    rows = []
+    for objective in objectives:
+        cfg = pretrain.for_objective(specs[objective])
+        own = specs[objective].pretrain
+        rows.append([objective, *(f"{getattr(cfg, k):g}{' (own)' if k in own else ''}" for k in RECIPE_KNOBS)])
+    return table(["objective", *RECIPE_KNOBS], rows)

@@ -14,13 +14,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tasks.core import paths
+from tasks.core.io import write_json
 from tasks.core.params import PARAMS_FILE, Params
 from tasks.core.stage import stage_task
 from tasks.report.curves import curves_section
 from tasks.report.compression import compression_section
 from tasks.report.corpus import corpus_section
 from tasks.report.errors import errors_section
-from tasks.report.findings import comparison_section, findings_section, load_outcomes
+from tasks.report.findings import comparison_section, findings_section, load_outcomes, variance_components
 from tasks.report.finetune import finetune_results, finetune_section
 from tasks.report.interpretability import interpretability_section
 from tasks.report.multilingual import multilingual_section
@@ -44,20 +45,25 @@ class Inputs:
 
 
 @stage_task
-def build_report(params: Params, figures: Path, report_dir: Path = paths.REPORTS, inputs: Inputs = Inputs()) -> str:
+def build_report(params: Params, figures: Path, report_dir: Path = paths.REPORTS, inputs: Inputs = Inputs(),
+                 variance: Path | None = None) -> str:
     """The pipeline report as Markdown; figures are written into ``figures`` (linked as
     ``figures/...``). ``report_dir``: where the Markdown will live (links to pages are
-    relative to it)."""
+    relative to it). ``variance``: where to write each task's variance components as JSON
+    (:func:`tasks.report.findings.variance_components`, what the MDE planner reads)."""
     figures.mkdir(parents=True, exist_ok=True)
     metrics, models, tasks = inputs.metrics, params.finetune_models, params.finetune.tasks
     results = finetune_results(metrics, models, tasks)
     outcomes = load_outcomes(params, metrics, inputs.predictions, inputs.data)
+    if variance is not None:
+        write_json(variance, variance_components(params, outcomes))
     prov = provenance()
     return render(
         "report.md.j2", title=TITLE, prov=prov,
         findings=findings_section(params, outcomes, metrics),
         corpus=corpus_section(metrics, tasks),
-        pretraining=pretraining_section(metrics, params.compare, params.pretrain.seeds, params.objectives, figures),
+        pretraining=pretraining_section(metrics, params.compare, params.pretrain.seeds, params.objectives,
+                                        params.pretrain, figures),
         curves=curves_section(params, metrics, figures),
         comparison=comparison_section(params, outcomes),
         finetune=finetune_section(results, models, tasks, figures),

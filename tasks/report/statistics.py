@@ -29,9 +29,10 @@ over seeds):
   its variance and its quantiles are normal, not t with ``S − 1`` degrees of freedom); this one
   corrects both. ``tests/test_statistics.py`` measures either's error rates by simulation.
 
-The verdict is *better* or *worse* when the 95% interval excludes 0, else *within noise*; the
-**minimum detectable effect** is ``(t_{0.975} + t_{0.80}) · SE``, the difference this design
-detects with 80% power at α = 0.05. With one pretraining seed the interval is about that
+The verdict is *better* or *worse* when the 95% interval excludes 0, else *within noise* (and *too
+few replicates* under 3 of them, *n/a* under 2 test examples); the **minimum detectable effect**
+(:func:`mde`) is the difference this design detects with 80% power at α = 0.05, from the
+noncentral t distribution of the test's statistic. With one pretraining seed the interval is about that
 checkpoint, not the procedure (the fine-tuning seeds are then the replicates); with one of each,
 about that one run, over test examples only. :func:`decompose` splits a procedure's run-to-run
 variance into its pretraining-seed, fine-tuning-seed and test-sample shares.
@@ -44,8 +45,10 @@ from typing import Callable
 
 import numpy as np
 from scipy import stats
+from scipy.optimize import brentq
 
 ALPHA, POWER = 0.05, 0.80
+MIN_REPLICATES = 3  # fewer pretraining (or fine-tuning) seeds give no verdict
 
 Metric = Callable[[np.ndarray], np.ndarray]
 """``metric(sums[..., k]) -> values[...]``: a metric from the per-example counts summed over examples."""
@@ -136,9 +139,19 @@ class Comparison:
     replicates: str
     """``pretraining seeds``, ``fine-tuning seeds`` (one pretraining seed: about that checkpoint)
     or ``test examples`` (one run: about that run)."""
+    count: int = 0
+    """How many replicates the interval rests on (the larger side's; test examples for one run)."""
 
     @property
     def verdict(self) -> str:
+        """``better`` / ``worse`` when the interval excludes 0, else ``within noise``; ``n/a`` without an
+        interval (fewer than 2 test examples) and ``too few replicates`` under :data:`MIN_REPLICATES`
+        (a variance from 2 seeds has 1 degree of freedom: its interval is valid but nearly useless,
+        and a floored one can still read as a finding)."""
+        if not np.isfinite(self.low) or not np.isfinite(self.high):
+            return "n/a"
+        if self.count < MIN_REPLICATES:
+            return "too few replicates"
         return "better" if self.low > 0 else "worse" if self.high < 0 else "within noise"
 
 
@@ -162,52 +175,104 @@ def _residual(x: np.ndarray) -> float:
     return float((r ** 2).sum() / ((m - 1) * (n - 1)))
 
 
+def _level_table(x: np.ndarray) -> np.ndarray:
+    """``[L, N]``: the pseudo-values ``x[s, f, n]`` averaged to the replicate level of :func:`_level`
+    (pretraining-seed means when there are several seeds, else the fine-tuning seeds' runs, else
+    the one run). Its residual is the replicates' own example noise; the runs' table would add the
+    fine-tuning seeds' share of the checkpoint x example interaction once more (E[SE²]/Var 1.17-1.28
+    at 1-1.5 logits of example spread, against 1.03 from this table)."""
+    s, f, n = x.shape
+    return x.mean(axis=1) if s > 1 else x[0] if f > 1 else x.reshape(1, n)
+
+
+def _df(terms: list[tuple[float, float]], variance: float) -> float:
+    """Welch-Satterthwaite degrees of freedom of ``variance`` from its ``(variance, df)`` terms."""
+    terms = [(v, d) for v, d in terms if v > 0 and np.isfinite(d) and d > 0]
+    return float(min(max(variance ** 2 / sum(v ** 2 / d for v, d in terms), 1.0), 1e6)) if terms else 1e6
+
+
 def compare(a: Outcomes, b: Outcomes, alpha: float = ALPHA) -> Comparison:
     """``a − b`` with the variance-components t interval (module docstring).
 
     Paired over pretraining (and fine-tuning) seeds when both procedures name the same seeds
     (then the seed-level variance is that of the paired differences); always paired over test
-    examples.
+    examples. The variance is floored at the larger of its seed-level and example-level terms
+    (a method-of-moments estimate can come out at or below 0 with few replicates, which would give
+    a zero-width interval and a forced verdict); the residual term enters the degrees of freedom.
+    Fewer than 2 test examples leave no interval (NaN, verdict ``n/a``).
 
     Raises:
         ValueError: the two do not score the same number of test examples.
     """
     if a.counts.shape[2] != b.counts.shape[2]:
         raise ValueError(f"different test sets: {a.counts.shape[2]} and {b.counts.shape[2]} examples")
-    xa, xb = a.pseudo_values(), b.pseudo_values()
+    diff, n = a.estimate - b.estimate, a.counts.shape[2]
     paired = a.seeds == b.seeds and a.finetune_seeds == b.finetune_seeds
     la, what = _level(a)
     lb, what_b = _level(b)
+    count = max(len(la), len(lb)) if max(len(la), len(lb)) > 1 else n
+    if n < 2:
+        nan = float("nan")
+        return Comparison(diff, nan, nan, nan, nan, nan, nan, paired, "test examples", count)
+    xa, xb = a.pseudo_values(), b.pseudo_values()
     if paired:
         d = la - lb
         v_seed, df_seed = (d.var(ddof=1) / len(d), len(d) - 1) if len(d) > 1 else (0.0, np.inf)
-        residual = _residual((xa - xb).reshape(-1, xa.shape[2])) / (xa.shape[0] * xa.shape[1] * xa.shape[2])
+        table_d = _level_table(xa - xb)
+        residual = _residual(table_d) / table_d.size
+        df_residual = (table_d.shape[0] - 1) * (n - 1)
     else:
         parts = [(lv.var(ddof=1) / len(lv), len(lv) - 1) for lv in (la, lb) if len(lv) > 1]
         v_seed = sum(v for v, _ in parts)
         df_seed = v_seed ** 2 / sum(v ** 2 / d for v, d in parts) if parts and v_seed > 0 else np.inf
         what = what if len(la) >= len(lb) else what_b
-        residual = sum(_residual(x.reshape(-1, x.shape[2])) / (x.shape[0] * x.shape[1] * x.shape[2])
-                       for x in (xa, xb))
+        tables = [_level_table(x) for x in (xa, xb)]
+        residual = sum(_residual(t) / t.size for t in tables)
+        df_residual = sum((t.shape[0] - 1) * (n - 1) for t in tables)
     # the example means, averaged over every run of each procedure: test-sample noise
     e = xa.mean(axis=(0, 1)) - xb.mean(axis=(0, 1))
     v_example, df_example = e.var(ddof=1) / len(e), len(e) - 1
-    variance = max(v_seed + v_example - residual, v_example if v_seed == 0 else 0.0, 1e-300)
-    terms = [(v, d) for v, d in ((v_seed, df_seed), (v_example, df_example)) if v > 0 and np.isfinite(d)]
-    df = variance ** 2 / sum(v ** 2 / d for v, d in terms) if terms else np.inf
-    df = float(min(max(df, 1.0), 1e6))
+    variance = max(v_seed + v_example - residual, v_seed, v_example)
+    df = _df([(v_seed, df_seed), (v_example, df_example), (residual, df_residual)], variance)
     se = float(np.sqrt(variance))
-    diff = a.estimate - b.estimate
     t = stats.t.ppf(1 - alpha / 2, df)
     p = float(2 * stats.t.sf(abs(diff) / se, df)) if se > 0 else float(diff == 0)
     return Comparison(diff, diff - t * se, diff + t * se, p, se, df, mde(se, df, alpha), paired,
-                      what if (la.size > 1 or lb.size > 1) else "test examples")
+                      what if (la.size > 1 or lb.size > 1) else "test examples", count)
 
 
 def mde(se: float, df: float, alpha: float = ALPHA, power: float = POWER) -> float:
-    """The minimum detectable effect: the true difference a two-sided test at level ``alpha``
-    rejects with probability ``power``, ``(t_{1−α/2} + t_{power}) · SE`` (same units as ``se``)."""
-    return float((stats.t.ppf(1 - alpha / 2, df) + stats.t.ppf(power, df)) * se)
+    """The minimum detectable effect: the true difference a two-sided t test at level ``alpha`` with
+    ``df`` degrees of freedom rejects with probability ``power`` when its standard error is ``se``
+    (same units). Solved with the noncentral t distribution, whose spread includes the noise of the
+    estimated SE: with the ~4 degrees of freedom of 5 seeds, ``(t_{1−α/2} + t_{power}) · SE`` has only
+    72-78% power; this has 80% (``tests/test_statistics.py``)."""
+    if not (np.isfinite(se) and se > 0):
+        return float("nan") if not np.isfinite(se) else 0.0
+    if df > 1000:  # the noncentral t is the normal there (and scipy's nct loses precision)
+        return float((stats.norm.ppf(1 - alpha / 2) + stats.norm.ppf(power)) * se)
+    critical = stats.t.ppf(1 - alpha / 2, df)
+
+    def shortfall(ncp: float) -> float:  # scipy's nct is NaN far in its tails: there the upper tail is 1, the lower 0
+        upper, lower = stats.nct.sf(critical, df, ncp), stats.nct.cdf(-critical, df, ncp)
+        return float(np.nan_to_num(upper, nan=1.0) + np.nan_to_num(lower, nan=0.0)) - power
+
+    high = critical + stats.norm.ppf(power) + 1.0
+    while shortfall(high) < 0:
+        high *= 2
+    return float(brentq(shortfall, 0.0, high) * se)
+
+
+def paired_mde(o: Outcomes, alpha: float = ALPHA) -> float:
+    """The MDE of a paired comparison (same seeds, same test examples) of two procedures that vary as
+    ``o`` does: twice the variance of its replicate means over their count, with the paired
+    difference's degrees of freedom, as :func:`compare` would compute it. The test examples'
+    difficulty cancels in the pairing, so a single run's variance (which holds it) would overstate
+    it 1.5-2.1x. NaN with fewer than 2 replicates."""
+    levels, _ = _level(o)
+    if len(levels) < 2:
+        return float("nan")
+    return mde(float(np.sqrt(2 * levels.var(ddof=1) / len(levels))), len(levels) - 1, alpha)
 
 
 def multibootstrap(a: Outcomes, b: Outcomes, draws: int = 1000, seed: int = 0,
@@ -238,7 +303,7 @@ def multibootstrap(a: Outcomes, b: Outcomes, draws: int = 1000, seed: int = 0,
     p = float(min(1.0, 2 * min((delta <= 0).mean(), (delta >= 0).mean())))
     se = float(delta.std(ddof=1))
     return Comparison(a.estimate - b.estimate, float(low), float(high), p, se, np.inf, mde(se, np.inf, alpha),
-                      paired, _level(a)[1])
+                      paired, _level(a)[1], max(len(_level(a)[0]), len(_level(b)[0])))
 
 
 def example_bootstrap(a: Outcomes, b: Outcomes, draws: int = 1000, seed: int = 0, alpha: float = ALPHA) -> Comparison:
@@ -252,11 +317,31 @@ def example_bootstrap(a: Outcomes, b: Outcomes, draws: int = 1000, seed: int = 0
 @dataclass(frozen=True)
 class Decomposition:
     """Variance of one run's score (one pretraining seed, one fine-tuning seed, one test sample of
-    ``N``), split into what each source contributes (metric units squared), and their shares."""
+    ``N``), split into what each source contributes (metric units squared), and their shares;
+    ``run_noise``: the part of ``test_sample`` that pairing over examples does not remove (each
+    run's own example noise, the run x example interaction over ``N``), and ``examples``: ``N``."""
 
     pretraining_seed: float
     finetuning_seed: float
     test_sample: float
+    run_noise: float = 0.0
+    examples: int = 0
+
+    def paired_variance(self, seeds: int, finetune_seeds: int, examples: int) -> float:
+        """Variance of a paired comparison (same seeds, same examples) of two procedures that vary as
+        this one, with ``seeds`` pretraining seeds x ``finetune_seeds`` x ``examples`` test examples: the
+        examples' difficulty cancels; the rest doubles (two procedures) and shrinks with replication."""
+        noise = self.run_noise * self.examples / examples  # per-example interaction over the new N
+        pretraining = 0.0 if np.isnan(self.pretraining_seed) else self.pretraining_seed
+        finetuning = 0.0 if np.isnan(self.finetuning_seed) else self.finetuning_seed
+        return 2 * (pretraining / seeds + (finetuning + noise) / (seeds * finetune_seeds))
+
+    def planned_mde(self, seeds: int, finetune_seeds: int, examples: int, alpha: float = ALPHA) -> float:
+        """The MDE of that paired comparison (:func:`mde`; degrees of freedom of its replicates)."""
+        df = seeds - 1 if seeds > 1 else finetune_seeds - 1
+        if df < 1:
+            return float("nan")
+        return mde(float(np.sqrt(self.paired_variance(seeds, finetune_seeds, examples))), df, alpha)
 
     @property
     def shares(self) -> dict[str, float]:
@@ -281,7 +366,7 @@ def decompose(o: Outcomes) -> Decomposition:
     between = float(runs.mean(axis=1).var(ddof=1)) if s > 1 else 0.0
     finetuning = max(within - noise, 0.0) if f > 1 else float("nan")
     pretraining = max(between - within / f, 0.0) if s > 1 else float("nan")
-    return Decomposition(pretraining, finetuning, test)
+    return Decomposition(pretraining, finetuning, test, noise, n)
 
 
 # --------------------------------------------------------------------------- the design's error rates
@@ -377,7 +462,7 @@ def from_runs(a: list[float], b: list[float], paired: bool, replicates: str = "f
     t = stats.t.ppf(1 - alpha / 2, df) if np.isfinite(df) else stats.norm.ppf(1 - alpha / 2)
     p = float(2 * stats.t.sf(abs(diff) / se, df)) if se > 0 else float(diff == 0)
     return Comparison(diff, diff - t * se, diff + t * se, p, se, df, mde(se, df, alpha) if se > 0 else 0.0,
-                      paired, replicates)
+                      paired, replicates, max(len(a), len(b)))
 
 
 def interval(o: Outcomes, alpha: float = ALPHA) -> Comparison:

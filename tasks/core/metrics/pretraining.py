@@ -63,6 +63,21 @@ class PretrainingDataMetrics(Metrics):
     """Fraction (0-1, 5 decimals) of the words drawn for a similar word that got a random word instead."""
 
 
+class GateResult(Record):
+    """One gate of :mod:`tasks.pretraining.gates`: did the model beat the trivial solution of its objective?"""
+
+    name: str
+    value: float
+    low: float
+    """95% interval of ``value`` (see the gate's module for how it is computed)."""
+    high: float
+    threshold: float
+    above: bool
+    """The gate wants the value above the threshold (else below)."""
+    passed: bool
+    """The whole interval is on the wanted side of the threshold."""
+
+
 class PretrainSummary(Record):
     """What :func:`tasks.pretraining.pretrain.train` returns (its log rows go to the CSV)."""
 
@@ -109,6 +124,12 @@ class PretrainMetrics(PretrainSummary, Metrics):
     objective: str
     seed: int = absent()
     """The pretraining seed (absent in runs from before there were several)."""
+    recipe: str = absent()
+    """The ``sweep.settings`` entry it trained with (stage ``sweep``); absent in runs from before the sweep."""
+    learning_rate: float = absent()
+    """The peak learning rate of its recipe."""
+    batch_size: int = absent()
+    """The global batch of its recipe (sequences per optimizer step)."""
     parameters: int
     """Parameters of the saved model: the encoder and its MLM head (ELECTRA: its RTD head)."""
     device: str
@@ -124,6 +145,9 @@ class PretrainMetrics(PretrainSummary, Metrics):
     them (absent in runs from before there was a choice)."""
     snapshots: list[SnapshotPoint] = absent()
     """The snapshots kept (``pretrain.snapshots``); absent in runs from before there were any."""
+    gates: list[GateResult] = absent()
+    """Gates read from the end of the training log (NSP/SOP, PerLM: :func:`tasks.pretraining.gates.log_gates`);
+    [] when none applies; absent in runs from before there were gates."""
 
 
 class CurvePoint(Record):
@@ -137,6 +161,24 @@ class CurvePoint(Record):
     """ELECTRA: held-out replaced-token detection, binary cross-entropy in nats per token."""
     rtd_accuracy: float | None = absent()
     """ELECTRA: held-out replaced-token detection accuracy (0-1) over the tokens."""
+    unigram_loss: float = absent()
+    """MLM: the context-free loss, the pretraining corpus's unigram distribution at the same positions (nats)."""
+    top_token_accuracy: float = absent()
+    """MLM: accuracy (0-1) of predicting the corpus's most frequent token at every masked position."""
+    replaced_share: float = absent()
+    """ELECTRA: share (0-1) of held-out tokens the generator replaced (its samples that differ)."""
+    base_rate_loss: float = absent()
+    """ELECTRA: binary entropy of ``replaced_share`` (nats), the loss of a constant discriminator."""
+    sample_match: float = absent()
+    """ELECTRA: share (0-1) of the generator's samples equal to the original token."""
+    auc: float = absent()
+    """ELECTRA: ROC AUC of the discriminator's scores for replaced tokens."""
+    precision: float = absent()
+    """ELECTRA: share (0-1) of the tokens called replaced that were."""
+    recall: float = absent()
+    """ELECTRA: share (0-1) of the replaced tokens called replaced."""
+    gates: list[GateResult] = absent()
+    """Whether the model learned its objective by this point (:mod:`tasks.pretraining.gates`)."""
 
 
 class CurvesMetrics(Metrics):
@@ -155,3 +197,43 @@ class CurvesMetrics(Metrics):
     predictions: int | None
     """Positions measured: the masked ones (MLM; the same for every model), or every token (RTD)."""
     points: list[CurvePoint]
+
+
+class SweepSetting(Record):
+    """One setting of a recipe sweep and how it did (:mod:`tasks.pretraining.sweep`)."""
+
+    name: str
+    overrides: dict[str, float | int]
+    """What the setting changes in the objective's recipe."""
+    score: float | None
+    """What the choice maximises: minus the held-out MLM loss, or (ELECTRA) the RTD AUC; null without a measure."""
+    loss: float | None = absent()
+    """Held-out MLM cross-entropy on the dev text, nats per masked token."""
+    accuracy: float | None = absent()
+    """Held-out MLM accuracy (0-1) on the dev text."""
+    rtd_loss: float | None = absent()
+    """ELECTRA: held-out RTD binary cross-entropy on the dev text, nats per token."""
+    auc: float | None = absent()
+    """ELECTRA: held-out RTD ROC AUC on the dev text."""
+    tokens: int
+    steps: int
+    wall_sec: float
+    """Wall-clock seconds of the setting's training (2 decimals)."""
+
+
+class SweepMetrics(Metrics):
+    """Stage ``sweep@<objective>``: every setting of ``sweep.settings`` trained for ``fraction`` of the
+    budget and measured on the held-out task's dev text, and the one chosen."""
+
+    file = "sweep/<objective>.json"
+    objective: str
+    seed: int
+    """The pretraining seed every setting trained with (``sweep.seed``)."""
+    fraction: float
+    heldout_task: str
+    split: Literal["dev"]
+    settings: list[SweepSetting]
+    chosen: str
+    """The setting ``pretrain`` trains this objective with."""
+    wall_sec: float
+    """Wall-clock seconds of the whole sweep (2 decimals)."""

@@ -14,13 +14,13 @@ from tasks.core.metrics.downstream import DownstreamMetrics, FinetuneMetrics
 from tasks.core.metrics.interpretability import AblationMetrics, AttributionsMetrics, ProbeMetrics, ScalarMixMetrics
 from tasks.core.metrics.multilingual import (ContinuePretrainMetrics, MultilingualMetrics, PruneVocabMetrics,
                                              ResampleMetrics, VocabExtensionMetrics)
-from tasks.core.metrics.pretraining import CurvesMetrics, PretrainingDataMetrics, PretrainMetrics
+from tasks.core.metrics.pretraining import CurvesMetrics, PretrainingDataMetrics, PretrainMetrics, SweepMetrics
 
 MODELS: dict[str, type[Metrics]] = {model.kind(): model for model in (
     CorpusMetrics, SegmentMetrics, TokenizeMetrics, SimilarWordsMetrics, DownstreamMetrics, PretrainingDataMetrics,
     PretrainMetrics, FinetuneMetrics, MultilingualMetrics, VocabExtensionMetrics, ResampleMetrics,
     ContinuePretrainMetrics, PruneVocabMetrics, AblationMetrics, ProbeMetrics, ScalarMixMetrics,
-    AttributionsMetrics, DistillMetrics, PruneMetrics, CurvesMetrics)}
+    AttributionsMetrics, DistillMetrics, PruneMetrics, CurvesMetrics, SweepMetrics)}
 """Kind (the first part of the path under ``metrics/``, without ``.json``) -> model."""
 
 

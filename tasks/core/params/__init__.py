@@ -36,7 +36,7 @@ from tasks.core.params.multilingual import (MULTILINGUAL_FORMATS, ContinuedPretr
                                             MultilingualInput, VocabExtension, VocabPruning)
 from tasks.core.params.pretraining import (MASKING_SCHEMES, SENTENCE_TASKS, Curves, Distributed, ModelSize, Objective,
                                            Permutation, Pretrain, PretrainingData, Replacement, Rtd,
-                                           SimilarWordsSpec, resolve_model_preset)
+                                           SimilarWordsSpec, Sweep, resolve_model_preset)
 
 __all__ = [
     "PARAMS_FILE", "Params", "load_params",
@@ -71,6 +71,7 @@ class Params(_Strict):
     model_presets: dict[str, ModelSize] = Field(min_length=1, description="encoder sizes that model.preset picks")
     model: ModelSize = Field(description="model_presets[model.preset] with the other keys of model as overrides")
     pretrain: Pretrain
+    sweep: Sweep
     curves: Curves
     distributed: Distributed
     tasks: dict[str, DownstreamTask] = Field(min_length=1)
@@ -137,6 +138,9 @@ class Params(_Strict):
         for name in self.finetune.tasks:
             if name not in self.tasks:
                 raise ValueError(f"finetune.tasks: no task named {name!r} in tasks")
+        if self.sweep.seed not in self.pretrain.seeds:
+            raise ValueError(f"sweep.seed: {self.sweep.seed} is not in pretrain.seeds {self.pretrain.seeds} (the sweep "
+                             "trains on that seed's pretraining data)")
         if self.curves.heldout_task not in self.tasks:
             raise ValueError(f"curves.heldout_task: no task named {self.curves.heldout_task!r} in tasks")
         for name in self.curves.tasks:
@@ -150,6 +154,13 @@ class Params(_Strict):
             except ValidationError as exc:
                 problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
                 raise ValueError(f"{where}.training: {problems}") from None
+        for name, spec in self.objectives.items():
+            try:
+                for setting in [{}, *self.sweep.settings.values()]:
+                    self.pretrain.check_recipe({**spec.pretrain, **setting})
+            except ValidationError as exc:
+                problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+                raise ValueError(f"objectives.{name}.pretrain: {problems}") from None
         self._check_global_batches()
         return self
 
@@ -182,10 +193,11 @@ class Params(_Strict):
         """Every global batch splits evenly over the DDP processes (and accumulation steps), so that
         a run is refused before it starts, not a traceback per rank after torchrun started them."""
         world = self.distributed.nproc_per_node * self.distributed.nnodes
-        pieces = world * self.pretrain.accumulation_steps
-        if self.pretrain.batch_size % pieces:
-            raise ValueError(f"pretrain.batch_size {self.pretrain.batch_size} (the global batch) is not a multiple of "
-                             f"{world} processes x {self.pretrain.accumulation_steps} accumulation_steps")
+        for where, cfg in [("pretrain", self.pretrain), *((f"objectives.{n}.pretrain", self.pretrain_for(n))
+                                                          for n in self.compare if self.objectives[n].pretrain)]:
+            if cfg.batch_size % (world * cfg.accumulation_steps):
+                raise ValueError(f"{where}: batch_size {cfg.batch_size} (the global batch) is not a multiple of "
+                                 f"{world} processes x {cfg.accumulation_steps} accumulation_steps")
         for name in self.finetune.tasks:
             batch = self.finetune.for_task(self.tasks[name]).batch_size
             if batch % world:
@@ -234,6 +246,11 @@ class Params(_Strict):
             ParamsError: an unknown task.
         """
         return self.finetune.for_task(self.task(task_name), self.hub_models.get(model_name))
+
+    def pretrain_for(self, name: str, setting: dict | None = None) -> Pretrain:
+        """The pretraining knobs of objective ``name``: ``pretrain`` with its recipe over them, and a
+        sweep ``setting``'s (the chosen one, :mod:`tasks.pretraining.sweep`) over those."""
+        return self.pretrain.for_objective(self.objective(name), setting)
 
     def objective(self, name: str) -> Objective:
         """The objective called ``name``; :class:`ParamsError` if there is none."""

@@ -70,6 +70,11 @@ class Rtd(_Strict):
     weight: float = Field(50.0, gt=0, description="λ: loss = MLM loss + λ · RTD loss (§2)")
 
 
+# The knobs of `pretrain` an objective may set for itself (objectives.<name>.pretrain): its recipe.
+RECIPE_KNOBS = ("learning_rate", "batch_size", "accumulation_steps", "warmup_fraction", "weight_decay",
+                "max_grad_norm")
+
+
 class Objective(_Strict):
     """A pretraining objective: token selection, replacement, sentence task, static or dynamic masking,
     and the options of SpanBERT (``sbo``), ELECTRA (``rtd``) and PERT (``permutation``)."""
@@ -84,6 +89,9 @@ class Objective(_Strict):
     budget: Literal["tokens", "mlm_flops"] = Field(
         "tokens", description="tokens: pretrain.token_budget tokens; mlm_flops: the model FLOPs an MLM of the same "
                               "size spends on that many tokens of the same batches (equal compute)")
+    pretrain: dict[str, float | int] = Field(
+        default_factory=dict, description=f"this objective's recipe: overrides of pretrain's "
+                                          f"{', '.join(RECIPE_KNOBS)} ({{}}: pretrain's)")
 
     @field_validator("masking")
     @classmethod
@@ -97,6 +105,15 @@ class Objective(_Strict):
     def _known_sentence_task(cls, value: str | None) -> str | None:
         if value is not None and value not in SENTENCE_TASKS:
             raise ValueError(f"unknown sentence task {value!r}; known: {', '.join(SENTENCE_TASKS)} (or null)")
+        return value
+
+    @field_validator("pretrain")
+    @classmethod
+    def _recipe_knobs(cls, value: dict) -> dict:
+        bad = set(value) - set(RECIPE_KNOBS)
+        if bad:
+            raise ValueError(f"unknown knob(s) {', '.join(sorted(bad))}; an objective may set "
+                             f"{', '.join(RECIPE_KNOBS)}")
         return value
 
     @model_validator(mode="after")
@@ -153,6 +170,10 @@ class ModelSize(_Strict):
     attention_probs_dropout_prob: float = Field(ge=0, lt=1)
     sinusoidal_position_amplitude: float = Field(
         ge=0, description="initialise position embeddings as sinusoids of this amplitude; 0 = BERT's normal init")
+    local_attention_layers: int = Field(
+        0, ge=0, description="bottom layers whose heads start attending to the previous or next token "
+                             "(tasks.pretraining.initialization); 0 = BERT's init")
+    local_attention_strength: float = Field(3.0, gt=0, description="scale of the local heads' q·k at init")
 
     @model_validator(mode="after")
     def _heads_divide_hidden(self) -> "ModelSize":
@@ -160,6 +181,12 @@ class ModelSize(_Strict):
             raise ValueError(
                 f"hidden_size {self.hidden_size} is not a multiple of num_attention_heads {self.num_attention_heads}"
             )
+        if self.local_attention_layers > self.num_hidden_layers:
+            raise ValueError(f"local_attention_layers {self.local_attention_layers} exceeds num_hidden_layers "
+                             f"{self.num_hidden_layers}")
+        if self.local_attention_layers and not self.sinusoidal_position_amplitude:
+            raise ValueError("local_attention_layers needs sinusoidal_position_amplitude > 0: the local heads "
+                             "find their neighbours through the sinusoidal position table")
         return self
 
 
@@ -209,6 +236,16 @@ class Pretrain(_Strict):
     activation_checkpointing: bool = Field(False, description="recompute each layer's activations in the backward "
                                                               "pass: less memory, about 1/3 more compute")
 
+    def for_objective(self, objective: Objective, setting: dict | None = None) -> "Pretrain":
+        """These knobs with ``objective``'s recipe (``objectives.<name>.pretrain``) over them, then a
+        sweep ``setting``'s (both checked when the params are loaded: :meth:`check_recipe`)."""
+        overrides = {**objective.pretrain, **(setting or {})}
+        return self.model_copy(update=overrides) if overrides else self
+
+    def check_recipe(self, overrides: dict) -> None:
+        """Raises pydantic.ValidationError: an override of the wrong type or range for these knobs."""
+        Pretrain.model_validate({**self.model_dump(), **overrides})
+
     @field_validator("seeds")
     @classmethod
     def _distinct(cls, value: list[int]) -> list[int]:
@@ -222,6 +259,28 @@ class Pretrain(_Strict):
         if any(not 0 < f < 1 for f in value) or sorted(set(value)) != list(value):
             raise ValueError(f"snapshots must be ascending distinct fractions in (0, 1) (the end is the model): "
                              f"{value}")
+        return value
+
+
+class Sweep(_Strict):
+    """The cheap recipe search run for every compared objective (stage ``sweep@<objective>``): each
+    setting trains for ``fraction`` of the budget (pretraining seed ``seed``) and is measured on the
+    held-out task's *dev* text; the best becomes the objective's recipe in ``pretrain``."""
+
+    seed: NonNegativeInt = Field(description="the pretraining seed every setting trains with (one of pretrain.seeds): "
+                                             "a fixed one, so that a study split into units by seed sweeps once")
+    fraction: float = Field(gt=0, le=1, description="share of the objective's budget each setting trains for")
+    settings: dict[str, dict[str, float | int]] = Field(
+        min_length=1, description=f"name -> overrides of the objective's recipe ({', '.join(RECIPE_KNOBS)})")
+
+    @field_validator("settings")
+    @classmethod
+    def _recipe_knobs(cls, value: dict) -> dict:
+        for name, overrides in value.items():
+            bad = set(overrides) - set(RECIPE_KNOBS)
+            if bad:
+                raise ValueError(f"{name}: unknown knob(s) {', '.join(sorted(bad))}; a setting may set "
+                                 f"{', '.join(RECIPE_KNOBS)}")
         return value
 
 

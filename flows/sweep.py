@@ -1,0 +1,65 @@
+"""Stage ``sweep@<objective>``: the objective trained once per ``sweep.settings`` entry for
+``sweep.fraction`` of its budget with the first pretraining seed, each measured on the held-out
+task's dev text; the best is the recipe ``pretrain@<objective>-<seed>`` trains with
+(:mod:`tasks.pretraining.sweep`). Writes the choice to ``data/recipes/<objective>.json`` and every
+setting's result to ``metrics/sweep/<objective>.json``."""
+
+import sys
+import time
+from functools import partial
+
+from prefect import flow, get_run_logger
+from transformers import AutoTokenizer
+
+from tasks.core import paths
+from tasks.core.io import atomic_outputs, write_json
+from tasks.core.metrics.base import write_metrics
+from tasks.core.metrics.pretraining import SweepMetrics
+from tasks.core.params import load_params
+from tasks.core.stage import run_stage
+from tasks.pretraining.checkpoint import checkpoint_fingerprint
+from tasks.pretraining.examples import PretrainingExamples, objective_masker
+from tasks.pretraining.heldout import heldout_text
+from tasks.pretraining.masking import masking_config
+from tasks.pretraining.modeling import pretraining_model
+from tasks.pretraining.pretraining_data import read_shards
+from tasks.pretraining.sweep import choose, run_setting
+from tasks.training.device import resolve_device
+
+
+@flow(name="sweep")
+def sweep(objective: str) -> None:
+    params, logger, t0 = load_params(), get_run_logger(), time.perf_counter()
+    spec, seed, cfg = params.objective(objective), params.sweep.seed, params.sweep
+    masking, tokenizer = masking_config(spec, params.pretraining_data), AutoTokenizer.from_pretrained(paths.TOKENIZER)
+    name = paths.seeded(objective, seed)
+    data = PretrainingExamples.from_table(read_shards(paths.PRETRAINING / name),
+                                          objective_masker(objective, spec, masking, seed, tokenizer, paths.LEXICON))
+    device = resolve_device(params.pretrain.device, "pretrain.device")
+    heldout = heldout_text(params.curves.heldout_task, tokenizer, params.pretraining_data.max_seq_length,
+                           params.curves.heldout_sequences, split="dev")
+    masks = dict(lang=params.curves.heldout_task, seed=params.seed, mask_token_id=tokenizer.mask_token_id,
+                 masked_lm_prob=params.pretraining_data.masked_lm_prob,
+                 max_predictions=params.pretraining_data.max_predictions_per_seq, device=device)
+    results = {}
+    for setting, overrides in cfg.settings.items():
+        recipe = params.pretrain_for(objective, overrides)
+        results[setting] = run_setting(
+            partial(pretraining_model, params, spec, masking, tokenizer, seed), data, recipe, cfg.fraction, seed=seed,
+            device=device, checkpoint=paths.CHECKPOINTS / "sweep" / objective / f"{setting}.pt",
+            fingerprint=checkpoint_fingerprint("sweep", objective, setting, params.model, recipe.model_dump(mode="json"),
+                                               spec, cfg.fraction, data=[paths.PRETRAINING / name, paths.TOKENIZER]),
+            equal_flops=spec.budget == "mlm_flops", heldout=heldout, masks=masks, log=logger.info)
+        logger.info(f"sweep {objective}, {setting} {overrides}: {results[setting]}")
+    chosen = choose(results)
+    logger.info(f"sweep {objective}: {chosen} chosen")
+    with atomic_outputs(paths.RECIPES / f"{objective}.json", paths.stage_metrics("sweep", objective)) as (made, out):
+        write_json(made, {"chosen": chosen, "overrides": cfg.settings[chosen]})
+        write_metrics(out, SweepMetrics(
+            objective=objective, seed=seed, fraction=cfg.fraction, heldout_task=params.curves.heldout_task,
+            split="dev", chosen=chosen, wall_sec=round(time.perf_counter() - t0, 2),
+            settings=[{"name": s, "overrides": cfg.settings[s], **r} for s, r in results.items()]))
+
+
+if __name__ == "__main__":
+    run_stage(sweep, *sys.argv[1:])

@@ -1,0 +1,242 @@
+"""Did a pretrained model learn its objective? Gates on held-out measures, each with its 95% interval.
+
+A comparison of two procedures is valid only when both models learned what they were trained on:
+a model that predicts the corpus's unigram distribution at every masked position, or a
+discriminator that calls every token "original", has learned nothing an encoder can pass on, and
+fine-tuning it measures its initialisation. Each gate compares a held-out measure with the
+*trivial* solution of the objective at the same positions:
+
+* MLM family (MLM, WWM, N-gram, Mac, span; measured by :func:`tasks.pretraining.heldout.evaluate_mlm`):
+  accuracy above the top token's (the most frequent token of the pretraining corpus, predicted
+  everywhere; the held-out masks are all [MASK], so no position can be copied) and cross-entropy
+  below the context-free loss, the corpus's unigram distribution at the same positions, by
+  :data:`MLM_LOSS_MARGIN` nats;
+* RTD (ELECTRA; :func:`tasks.pretraining.heldout.evaluate_rtd`): binary cross-entropy at most
+  ``1 - RTD_LOSS_MARGIN`` of the base rate's binary entropy (the loss of a constant that knows only
+  the replaced share) and ROC AUC above :data:`AUC_FLOOR` (a constant has AUC 0.5);
+* representations (every model): the mean cosine between the last layer's token states on
+  held-out text below :data:`COLLAPSE_CEILING` (a collapsed encoder maps every token to nearly
+  one direction: ELECTRA's discriminator at the old recipe reached 0.93-0.98 from 0.45 at init);
+* NSP/SOP, PerLM (from the last tenth of the pretraining log, :func:`log_gates`): sentence accuracy
+  above 50%, PerLM's position accuracy above its trivial rate ``keep + (1 - keep) · E[1 / L]``
+  (kept tokens point to themselves; a permuted one guessed among the ``L`` positions of its row).
+
+Intervals: the per-position (per-token) differences from the trivial solution are clustered by
+sequence, so their mean gets the cluster-robust (sandwich) variance over sequences
+(:func:`clustered_mean`); the AUC gets Hanley and McNeil's (1982) standard error; the mean cosine
+a jackknife over sequences. A gate passes when its whole interval is on the right side of its
+threshold. Thresholds are constants here, stated in the report beside every value.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+from scipy import stats
+
+MLM_LOSS_MARGIN = 0.1  # nats per masked token below the unigram loss
+RTD_LOSS_MARGIN = 0.1  # share of the base rate's binary entropy the discriminator must remove
+AUC_FLOOR = 0.7
+COLLAPSE_CEILING = 0.9
+Z = float(stats.norm.ppf(0.975))
+
+
+@dataclass(frozen=True)
+class Gate:
+    """One gate of one model: ``value`` with its 95% interval ``[low, high]`` against ``threshold``;
+    ``above``: the gate wants the value above the threshold (else below). ``passed``: the whole
+    interval is on the wanted side."""
+
+    name: str
+    value: float
+    low: float
+    high: float
+    threshold: float
+    above: bool
+
+    @property
+    def passed(self) -> bool:
+        return bool(self.low > self.threshold) if self.above else bool(self.high < self.threshold)
+
+    def record(self) -> dict:
+        """Plain values for a metrics file, ``passed`` included."""
+        return {**asdict(self), "passed": self.passed}
+
+
+def clustered_mean(values: np.ndarray, clusters: np.ndarray) -> tuple[float, float]:
+    """Mean of ``values`` (``[M]``) and its cluster-robust standard error, clusters (``int [M]``,
+    e.g. the sequence of each masked position) as the independent units: the sandwich variance
+    ``C / (C - 1) · Σ_c (S_c - m n_c)² / M²`` of a ratio mean (Cameron and Miller 2015, §II)."""
+    values = np.asarray(values, dtype=np.float64)
+    m = float(values.mean())
+    _, inverse = np.unique(clusters, return_inverse=True)
+    c = int(inverse.max()) + 1
+    sums = np.bincount(inverse, weights=values - m, minlength=c)
+    se = float(np.sqrt(c / max(c - 1, 1) * (sums ** 2).sum()) / len(values))
+    return m, se
+
+
+def _difference_gate(name: str, difference: np.ndarray, clusters: np.ndarray, value: float, reference: float,
+                     threshold: float, above: bool) -> Gate:
+    """A gate on ``value`` (a mean) whose interval comes from its per-position ``difference`` to a
+    ``reference`` mean at the same positions, so the reference's noise at those positions cancels."""
+    mean, se = clustered_mean(difference, clusters)
+    return Gate(name, value, reference + mean - Z * se, reference + mean + Z * se, threshold, above)
+
+
+def unigram_log_probs(token_counts: np.ndarray, special_ids: list[int]) -> np.ndarray:
+    """``float64 [V]`` log-probabilities of the corpus's unigram distribution (counts of each token
+    id in the pretraining corpus, add-½ smoothed, special tokens excluded: never a masked label)."""
+    counts = np.asarray(token_counts, dtype=np.float64) + 0.5
+    counts[list(special_ids)] = 0.0
+    return np.log(counts / counts.sum(), where=counts > 0, out=np.full(len(counts), -np.inf))
+
+
+def mlm_gates(losses: np.ndarray, correct: np.ndarray, labels: np.ndarray, rows: np.ndarray,
+              unigram: np.ndarray) -> tuple[list[Gate], dict]:
+    """The MLM family's gates (module docstring) from the held-out masked positions.
+
+    Args:
+        losses, correct: ``[M]`` the model's cross-entropy (nats) and whether its argmax was right.
+        labels: ``int [M]`` the original tokens; rows: ``int [M]`` the sequence of each position.
+        unigram: :func:`unigram_log_probs` of the pretraining corpus.
+    Returns:
+        ``(gates, references)``: references holds ``unigram_loss`` and ``top_token_accuracy``.
+    """
+    top = labels == int(np.argmax(unigram))
+    context_free = -unigram[labels]
+    references = {"unigram_loss": float(context_free.mean()), "top_token_accuracy": float(top.mean())}
+    gates = [
+        _difference_gate("accuracy above the top token's", correct.astype(np.float64) - top, rows,
+                         float(correct.mean()), references["top_token_accuracy"],
+                         references["top_token_accuracy"], above=True),
+        _difference_gate(f"loss {MLM_LOSS_MARGIN:g} nats below the unigram loss", losses - context_free, rows,
+                         float(losses.mean()), references["unigram_loss"],
+                         references["unigram_loss"] - MLM_LOSS_MARGIN, above=False),
+    ]
+    return gates, references
+
+
+def binary_entropy(p: float) -> float:
+    """Nats of a Bernoulli(``p``): the cross-entropy of the constant that knows only the base rate."""
+    p = min(max(p, 1e-12), 1 - 1e-12)
+    return float(-(p * np.log(p) + (1 - p) * np.log(1 - p)))
+
+
+def roc_auc(scores: np.ndarray, targets: np.ndarray) -> tuple[float, float]:
+    """ROC AUC of ``scores`` for the boolean ``targets`` (Mann-Whitney, ties counted half) and its
+    standard error (Hanley and McNeil 1982, eq. 2); NaN without both classes."""
+    positives, negatives = int(targets.sum()), int((~targets).sum())
+    if not positives or not negatives:
+        return float("nan"), float("nan")
+    ranks = stats.rankdata(scores)
+    auc = float((ranks[targets].sum() - positives * (positives + 1) / 2) / (positives * negatives))
+    q1, q2 = auc / (2 - auc), 2 * auc ** 2 / (1 + auc)
+    var = (auc * (1 - auc) + (positives - 1) * (q1 - auc ** 2) + (negatives - 1) * (q2 - auc ** 2)) / (
+        positives * negatives)
+    return auc, float(np.sqrt(max(var, 0.0)))
+
+
+def rtd_gates(losses: np.ndarray, scores: np.ndarray, targets: np.ndarray, rows: np.ndarray,
+              sample_match: float) -> tuple[list[Gate], dict]:
+    """ELECTRA's gates (module docstring) from every held-out token, with the reference's
+    ``metric_fn`` measures (google-research/electra, ``run_pretraining.py``).
+
+    Args:
+        losses: ``[T]`` binary cross-entropy per token (nats); scores: ``[T]`` discriminator logits;
+        targets: ``bool [T]`` replaced; rows: ``int [T]`` the sequence of each token.
+        sample_match: share of the generator's samples equal to the original token (those count
+            as original).
+    Returns:
+        ``(gates, measures)``: measures holds ``replaced_share``, ``base_rate_loss``,
+        ``sample_match``, ``auc``, ``precision``, ``recall``.
+    """
+    share = float(targets.mean())
+    base = binary_entropy(share)
+    # the base-rate constant's per-token loss: the difference's interval leaves out its own noise
+    constant = np.where(targets, -np.log(max(share, 1e-12)), -np.log(max(1 - share, 1e-12)))
+    auc, auc_se = roc_auc(scores, targets)
+    predicted = scores > 0
+    measures = {"replaced_share": share, "base_rate_loss": base, "sample_match": sample_match, "auc": auc,
+                "precision": float((predicted & targets).sum() / max(predicted.sum(), 1)),
+                "recall": float((predicted & targets).sum() / max(targets.sum(), 1))}
+    gates = [
+        _difference_gate(f"loss {100 * RTD_LOSS_MARGIN:g}% below the base rate's entropy", losses - constant, rows,
+                         float(losses.mean()), base, (1 - RTD_LOSS_MARGIN) * base, above=False),
+        Gate("ROC AUC", auc, auc - Z * auc_se, auc + Z * auc_se, AUC_FLOOR, above=True),
+    ]
+    return gates, measures
+
+
+def collapse_gate(sums: np.ndarray, counts: np.ndarray) -> Gate:
+    """The mean cosine between token states from per-sequence sums of unit-normalised states
+    (``sums [S, H]``, ``counts int [S]``): ``(‖Σ h‖² - N) / (N (N - 1))`` over all ``N`` tokens
+    (pairs of distinct tokens), with a jackknife interval over the ``S`` sequences."""
+    total, n = sums.sum(0), float(counts.sum())
+
+    def cosine(t: np.ndarray, m: float) -> float:
+        return float((t @ t - m) / (m * (m - 1)))
+
+    value = cosine(total, n)
+    leave_out = np.array([cosine(total - s, n - c) for s, c in zip(sums, counts)])
+    k = len(counts)
+    se = float(np.sqrt((k - 1) / k * ((leave_out - leave_out.mean()) ** 2).sum())) if k > 1 else float("nan")
+    return Gate("mean cosine between token states", value, value - Z * se, value + Z * se, COLLAPSE_CEILING,
+                above=False)
+
+
+def proportion_gate(name: str, correct: float, total: float, threshold: float) -> Gate:
+    """A gate on an accuracy of ``correct`` of ``total`` (Wilson's score interval) above ``threshold``."""
+    if total <= 0:
+        return Gate(name, float("nan"), float("nan"), float("nan"), threshold, above=True)
+    p = correct / total
+    centre = (p + Z ** 2 / (2 * total)) / (1 + Z ** 2 / total)
+    half = Z * np.sqrt(p * (1 - p) / total + Z ** 2 / (4 * total ** 2)) / (1 + Z ** 2 / total)
+    return Gate(name, p, float(centre - half), float(centre + half), threshold, above=True)
+
+
+def perlm_trivial_rate(positions: np.ndarray, labels: np.ndarray, tokens: int, full_targets: bool) -> float:
+    """PerLM's trivial accuracy: every token predicted to stay where it is, right for the kept
+    tokens and the permutation's fixed points (and, under full targets, every unchosen token).
+
+    Args:
+        positions, labels: ``int [M]`` the chosen positions and their labels (the position each
+            token came from) of the static pretraining data; tokens: its non-padding tokens.
+    """
+    stay = float((np.asarray(positions) == np.asarray(labels)).sum())
+    return (stay + tokens - len(positions)) / tokens if full_targets else stay / max(len(positions), 1)
+
+
+def log_gates(rows: list[dict], sequences_per_row: float, predictions_per_row: float, sentence_task: str | None,
+              perlm_trivial: float | None) -> list[Gate]:
+    """Gates from the last tenth of a pretraining log (``metrics/pretrain/<name>.csv`` rows, each the
+    mean over ``sequences_per_row`` sequences and ``predictions_per_row`` token predictions): NSP/SOP
+    accuracy above 50%, and PerLM's position accuracy above ``perlm_trivial``
+    (:func:`perlm_trivial_rate`; None: not PerLM). Training accuracy, not held-out: these heads have
+    no held-out measure, and the log's last tenth is the model as it ends."""
+    tail = rows[-max(1, len(rows) // 10):]
+    gates = []
+    if sentence_task:
+        seen = sequences_per_row * len(tail)
+        correct = sum(float(r["sentence_accuracy"]) for r in tail) / len(tail) * seen
+        gates.append(proportion_gate(f"{sentence_task.upper()} accuracy above chance", correct, seen, 0.5))
+    if perlm_trivial is not None:
+        seen = predictions_per_row * len(tail)
+        correct = sum(float(r["token_accuracy"]) for r in tail) / len(tail) * seen
+        gates.append(proportion_gate("PerLM accuracy above its trivial rate", correct, seen, perlm_trivial))
+    return gates
+
+
+def training_gates(rows: list[dict], data, batch_size: int, log_every: int, sentence_task: str | None,
+                   perlm: bool, full_targets: bool) -> list[Gate]:
+    """:func:`log_gates` of a pretraining run: ``rows`` its log, ``data`` its
+    :class:`tasks.pretraining.examples.PretrainingExamples` (PerLM's trivial rate needs static data;
+    dynamic PerLM gets no PerLM gate), ``batch_size`` and ``log_every`` its recipe's."""
+    sequences = batch_size * log_every
+    per_sequence = float(data.lengths.mean()) if full_targets else float(data.predictions.mean())
+    trivial = None
+    if perlm and data.masker is None:
+        trivial = perlm_trivial_rate(np.concatenate(data.positions), np.concatenate(data.labels),
+                                     int(data.lengths.sum()), full_targets)
+    return log_gates(rows, sequences, sequences * per_sequence, sentence_task, trivial)

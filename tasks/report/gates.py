@@ -1,0 +1,89 @@
+"""Did each pretrained model learn its objective? The gates of :mod:`tasks.pretraining.gates` as the
+report reads them: per model (the final point of its curve, stage ``curves``, and the gates of its
+training log, stage ``pretrain``), per objective over its pretraining seeds (the Pretraining
+section's table), and as the reason a finding is *invalid* (:func:`invalid_reason`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from scipy import stats
+
+from tasks.core.metrics.pretraining import CurvesMetrics, GateResult, PretrainMetrics
+from tasks.core.paths import seeded
+from tasks.report.common import fmt, load_metrics, table
+
+
+def gate_curve(metrics: Path, name: str) -> list[tuple[float, list[GateResult]]] | None:
+    """``[(fraction, gates)]`` of model ``name``, from its first snapshot to the end (the training
+    log's gates join the end's); None when stage ``curves`` has not measured it with gates."""
+    curve = load_metrics(metrics / "curves" / f"{name}.json", CurvesMetrics)
+    if curve is None or not curve.points or any(p.gates is None for p in curve.points):
+        return None
+    run = load_metrics(metrics / "pretrain" / f"{name}.json", PretrainMetrics)
+    points = [(p.fraction, list(p.gates)) for p in curve.points]
+    points[-1][1].extend((run.gates or []) if run else [])
+    return points
+
+
+def failed_gates(metrics: Path, name: str) -> list[str] | None:
+    """The gates model ``name`` failed at the end of its budget ([] when it passed them all); None
+    when it has no gates (stage ``curves`` has not run with them)."""
+    points = gate_curve(metrics, name)
+    return None if points is None else [g.name for g in points[-1][1] if not g.passed]
+
+
+def invalid_reason(metrics: Path, procedures: dict[str, dict], names: tuple[str, ...]) -> str | None:
+    """Why a comparison of ``names`` (procedures) is not valid: the first pretrained model of theirs
+    that failed a gate (``invalid: <model> did not learn its objective (<gate>)``) or has none
+    (``unchecked``); None when every pretrained model passed. Random init and published models have
+    no objective of this run to pass (``procedures``: procedure -> ``{seed: model}``; a procedure
+    whose models are named by the procedure itself is a published one)."""
+    for procedure in names:
+        if procedure == "random":
+            continue
+        for model in procedures.get(procedure, {}).values():
+            if model == procedure:
+                break  # a published checkpoint
+            failed = failed_gates(metrics, model)
+            if failed is None:
+                return f"unchecked: {model} has no gates (stage curves)"
+            if failed:
+                return f"invalid: {model} did not learn its objective ({failed[0]})"
+    return None
+
+
+def _first_pass(curves: list[list[tuple[float, list[GateResult]]]], gate: str) -> str:
+    """The first fraction of the budget from which ``gate`` passes in every seed at every later point."""
+    fractions = [f for f, _ in curves[0]]
+    for i, fraction in enumerate(fractions):
+        if all(next((g.passed for g in run[j][1] if g.name == gate), False)
+               for run in curves for j in range(i, len(fractions))):
+            return f"{fraction:g}"
+    return "never"
+
+
+def gates_table(metrics: Path, objectives: list[str], seeds: list[int]) -> str | None:
+    """A row per objective and gate at the end of the budget: the value (mean over pretraining
+    seeds) with its 95% interval (over seeds; with one seed, the model's own), the threshold, how
+    many seeds passed, and from which fraction of the budget every seed passes."""
+    rows = []
+    for objective in objectives:
+        curves = [gate_curve(metrics, seeded(objective, s)) for s in seeds]
+        if not all(curves):
+            continue
+        for gate in curves[0][-1][1]:
+            ends = [next(g for g in run[-1][1] if g.name == gate.name) for run in curves]
+            values = np.array([g.value for g in ends])
+            if len(ends) > 1:
+                half = stats.t.ppf(0.975, len(ends) - 1) * values.std(ddof=1) / np.sqrt(len(ends))
+                low, high = values.mean() - half, values.mean() + half
+            else:
+                low, high = ends[0].low, ends[0].high
+            rows.append([objective, gate.name, f"{fmt(float(values.mean()), 3)} [{fmt(float(low), 3)}, "
+                                               f"{fmt(float(high), 3)}]",
+                         f"{'>' if gate.above else '<'} {fmt(gate.threshold, 3)}",
+                         f"{sum(g.passed for g in ends)}/{len(ends)}", _first_pass(curves, gate.name)])
+    return table(["objective", "gate", "value at the end [95% CI]", "threshold", "seeds passed",
+                  "every seed passes from (fraction of budget)"], rows) if rows else None

@@ -1,0 +1,125 @@
+"""The MDE planner: which design (pretraining seeds x fine-tuning seeds x test examples) reaches a
+target minimum detectable effect, and what it costs.
+
+From a study's variance components (``variance.json``, written by the report stage:
+:func:`tasks.report.findings.variance_components`), the MDE of a paired comparison of two procedures
+with ``S`` pretraining seeds, ``F`` fine-tuning seeds and ``N`` test examples is
+:meth:`tasks.report.statistics.Decomposition.planned_mde`: the variance ``2 (σ²_p / S + (σ²_f +
+σ²_r N₀/N) / (S F))`` (pretraining seed, fine-tuning seed, each run's own example noise measured on
+``N₀`` examples; the examples' difficulty cancels in the pairing), with the noncentral-t MDE of its
+``S − 1`` degrees of freedom. ``N`` can grow only up to the task's full test split. The cost of a
+comparison: ``2 S`` pretrainings and ``2 S F`` fine-tunings (per task), at the study's measured
+minutes on its machine; the GPU figure converts the pretraining FLOPs at the FLOPs rate measured on
+an H100 for bert-base (``benchmarks/results/gpu_check.json``), a lower bound, since a small model does
+not keep a GPU that busy.
+
+Usage::
+
+    python -m tasks.report.planner reports/study --target 1.0   # writes reports/study/plan.{md,json}
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from tasks.core.io import read_json, write_json_atomic
+from tasks.core.errors import PipelineError
+from tasks.report.common import table
+from tasks.report.statistics import Decomposition
+
+GPU_CHECK = Path("benchmarks/results/gpu_check.json")
+SEEDS, FINETUNE_SEEDS = range(2, 51), range(1, 11)
+
+
+def costs(study: Path) -> dict:
+    """Measured cost of the study's runs: mean minutes of a pretraining, of a fine-tuning run per task
+    (one fine-tuning seed), model FLOPs of a pretraining, and the full test size per task."""
+    metrics = study / "metrics"
+    pretrain = [read_json(p) for p in sorted((metrics / "pretrain").glob("*.json"))]
+    if not pretrain:
+        raise PipelineError(f"{metrics / 'pretrain'} holds no pretraining metrics: is {study} a study folder?")
+    finetune: dict[str, list[float]] = {}
+    for path in sorted((metrics / "finetune").glob("*.json")):
+        run = read_json(path)
+        if "@" not in run["model"]:  # snapshots aside
+            finetune.setdefault(run["task"], []).append(run["wall_sec"] / max(len(run["seeds"]), 1))
+    tests = {p.stem: read_json(p)["rows"]["test"] for p in sorted((metrics / "downstream").glob("*.json"))}
+    return {"pretrain_min": float(np.mean([r["wall_sec"] for r in pretrain])) / 60,
+            "pretrain_flops": float(np.mean([r.get("flops") or np.nan for r in pretrain])),
+            "finetune_min": {t: float(np.mean(v)) / 60 for t, v in finetune.items()}, "test_examples": tests}
+
+
+def gpu_flops_per_sec(path: Path = GPU_CHECK) -> float | None:
+    """Model FLOPs per second the pipeline's loop reached on the measured GPU (bert-base), or None."""
+    if not path.is_file():
+        return None
+    figures = read_json(path)["figures"]
+    rates = [f["pipeline"]["tokens_per_sec"] * f["flops_per_token"] for name, f in figures.items()
+             if "pipeline data" in name]
+    return max(rates) if rates else None
+
+
+def plan(components: dict, cost: dict, target: float, gpu_rate: float | None) -> list[dict]:
+    """Per task, the cheapest design (pretraining seeds, fine-tuning seeds, test examples up to the
+    full split) whose planned MDE is at most ``target`` points, with its cost; ``None`` fields when
+    no design within ``SEEDS`` x ``FINETUNE_SEEDS`` reaches it (then the best MDE those reach)."""
+    rows = []
+    for task, c in components.items():
+        d = Decomposition(*(c[k] if c[k] is not None else float("nan") for k in
+                            ("pretraining_seed", "finetuning_seed", "test_sample", "run_noise")), c["examples"])
+        full = cost["test_examples"].get(task, c["examples"])
+        ft_min = cost["finetune_min"].get(task, 0.0)
+        best = None
+        for s in SEEDS:
+            for f in FINETUNE_SEEDS:
+                minutes = 2 * s * cost["pretrain_min"] + 2 * s * f * ft_min
+                if d.planned_mde(s, f, full) <= target and (best is None or minutes < best["minutes"]):
+                    best = {"seeds": s, "finetune_seeds": f, "minutes": minutes}
+        now = d.planned_mde(c["seeds"], c["finetune_seeds"], full)
+        row = {"task": task, "procedure": c["procedure"], "study_design": [c["seeds"], c["finetune_seeds"], c["examples"]],
+               "test_examples": full, "mde_study_design_full_test": now, "target": target}
+        if best is None:
+            row.update(seeds=None, finetune_seeds=None, minutes=None, gpu_hours=None,
+                       best_reachable=d.planned_mde(SEEDS[-1], FINETUNE_SEEDS[-1], full))
+        else:
+            gpu = 2 * best["seeds"] * cost["pretrain_flops"] / gpu_rate / 3600 if gpu_rate else None
+            row.update(**best, mde=d.planned_mde(best["seeds"], best["finetune_seeds"], full), gpu_hours=gpu)
+        rows.append(row)
+    return rows
+
+
+def markdown(rows: list[dict]) -> str:
+    def cell(v, digits=2):
+        return "-" if v is None else f"{v:.{digits}f}" if isinstance(v, float) else str(v)
+    return table(["task", "study design S x F x N", "MDE at it (full test)", "target", "design for the target S x F x N",
+                  "its MDE", "CPU hours (this machine)", "GPU hours (H100, lower bound)"],
+                 [[r["task"], " x ".join(map(str, r["study_design"])), cell(r["mde_study_design_full_test"]),
+                   cell(r["target"]),
+                   f"{r['seeds']} x {r['finetune_seeds']} x {r['test_examples']}" if r["seeds"] else
+                   f"none within 50 x 10 (best {cell(r['best_reachable'])})", cell(r.get("mde")),
+                   cell(r["minutes"] / 60 if r["minutes"] else None, 1), cell(r["gpu_hours"], 3)] for r in rows])
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tasks.report.planner", description=__doc__.split("\n\n")[0])
+    parser.add_argument("study", type=Path, help="a study folder (reports/study): variance.json and metrics/")
+    parser.add_argument("--target", type=float, default=1.0, help="the MDE to reach, in points (default 1)")
+    args = parser.parse_args(argv)
+    variance = args.study / "variance.json"
+    if not variance.is_file():
+        print(f"planner: {variance} is missing: run `make study` (its report stage writes it)", file=sys.stderr)
+        return 2
+    rows = plan(read_json(variance), costs(args.study), args.target, gpu_flops_per_sec())
+    text = markdown(rows)
+    write_json_atomic(args.study / "plan.json", rows)
+    (args.study / "plan.md").write_text(text + "\n", encoding="utf-8")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,134 @@
+"""The learned-its-objective gates: their statistics, a model trained on a learnable task passes,
+the same model trained with shuffled labels (nothing to learn from context) fails, a collapsed
+encoder fails the collapse gate, and the local-attention initialisation looks at the neighbours."""
+
+import numpy as np
+import pyarrow as pa
+import pytest
+import torch
+
+from tasks.core.params import ModelSize
+from tasks.pretraining.examples import PretrainingExamples
+from tasks.pretraining.gates import (AUC_FLOOR, Gate, binary_entropy, clustered_mean, collapse_gate, log_gates,
+                                     mlm_gates, perlm_trivial_rate, proportion_gate, roc_auc, rtd_gates,
+                                     unigram_log_probs)
+from tasks.pretraining.heldout import evaluate_mlm, token_state_sums
+from tasks.pretraining.modeling import PretrainingModel, bert_config, new_masked_lm
+from tasks.pretraining.pretrain import train
+from tests.test_pretrain import cfg
+
+VOCAB, MASK, SPECIALS = 40, 3, [0, 1, 2, 3]
+
+
+def test_clustered_mean_is_the_sandwich_variance_of_a_ratio_mean():
+    values = np.array([1.0, 3.0, 2.0, 2.0, 6.0])
+    clusters = np.array([0, 0, 1, 1, 2])
+    mean, se = clustered_mean(values, clusters)
+    sums = np.array([4 - 2 * 2.8, 4 - 2 * 2.8, 6 - 2.8])
+    assert mean == pytest.approx(2.8)
+    assert se == pytest.approx(np.sqrt(3 / 2 * (sums ** 2).sum()) / 5)
+
+
+def test_auc_of_a_perfect_a_reversed_and_a_constant_score():
+    targets = np.array([True, True, False, False, False])
+    assert roc_auc(np.array([5.0, 4, 1, 2, 3]), targets)[0] == 1.0
+    assert roc_auc(np.array([1.0, 2, 5, 4, 3]), targets)[0] == 0.0
+    assert roc_auc(np.zeros(5), targets)[0] == 0.5  # ties count half
+    assert np.isnan(roc_auc(np.zeros(3), np.zeros(3, dtype=bool))[0])
+
+
+def test_a_constant_discriminator_fails_and_a_separating_one_passes():
+    rng = np.random.default_rng(0)
+    targets = rng.random(4000) < 0.15
+    rows = np.repeat(np.arange(100), 40)
+    share = targets.mean()
+    constant = np.full(len(targets), np.log(share / (1 - share)))
+    loss = lambda s: np.logaddexp(0, s) - targets * s  # noqa: E731  binary cross-entropy of logits
+    gates, measures = rtd_gates(loss(constant), constant, targets, rows, sample_match=0.01)
+    assert measures["base_rate_loss"] == pytest.approx(binary_entropy(share))
+    assert gates[0].value == pytest.approx(binary_entropy(share)) and not any(g.passed for g in gates)
+    separating = np.where(targets, 2.0, -2.0) + rng.normal(0, 1, len(targets))
+    gates, measures = rtd_gates(loss(separating), separating, targets, rows, sample_match=0.01)
+    assert all(g.passed for g in gates) and measures["auc"] > AUC_FLOOR and measures["recall"] > 0.5
+
+
+def test_collapse_gate_tells_one_direction_from_many():
+    rng = np.random.default_rng(0)
+    counts = np.full(20, 10)
+    same = np.tile(np.eye(8)[0] * 10, (20, 1))  # every token state the same unit vector: cosine 1
+    spread = np.stack([rng.normal(size=(10, 8)) for _ in range(20)])
+    spread = (spread / np.linalg.norm(spread, axis=-1, keepdims=True)).sum(1)
+    assert collapse_gate(same, counts).value == pytest.approx(1.0) and not collapse_gate(same, counts).passed
+    assert abs(collapse_gate(spread, counts).value) < 0.1 and collapse_gate(spread, counts).passed
+
+
+def test_proportion_and_log_gates():
+    assert proportion_gate("x", 600, 1000, 0.5).passed and not proportion_gate("x", 510, 1000, 0.5).passed
+    rows = [{"sentence_accuracy": 0.5, "token_accuracy": 0.2}] * 9 + [{"sentence_accuracy": 0.9,
+                                                                     "token_accuracy": 0.4}]
+    sop, perlm = log_gates(rows, sequences_per_row=160, predictions_per_row=2000, sentence_task="sop",
+                           perlm_trivial=0.1)
+    assert sop.name.startswith("SOP") and sop.value == pytest.approx(0.9) and sop.passed  # the last tenth only
+    assert perlm.value == pytest.approx(0.4) and perlm.passed
+    assert not log_gates(rows[:9], 160, 2000, "nsp", None)[0].passed
+
+
+def test_perlm_trivial_rate_counts_the_tokens_that_stay():
+    positions, labels = np.array([1, 2, 3, 4]), np.array([1, 3, 2, 4])  # two stay where they are
+    assert perlm_trivial_rate(positions, labels, tokens=10, full_targets=False) == 0.5
+    assert perlm_trivial_rate(positions, labels, tokens=10, full_targets=True) == 0.8  # + 6 unchosen
+
+
+def test_a_gate_passes_only_when_its_whole_interval_is_on_the_right_side():
+    assert Gate("g", 0.8, 0.75, 0.85, 0.7, above=True).passed
+    assert not Gate("g", 0.8, 0.65, 0.95, 0.7, above=True).passed
+    assert Gate("g", 0.1, 0.05, 0.15, 0.2, above=False).record()["passed"] is True
+
+
+# --------------------------------------------------------------------------- learnable vs broken
+
+
+def _copy_task(n: int, seed: int, shuffle: bool) -> PretrainingExamples:
+    """Sequences of runs of one token ("a a a b b b b ..."), 2 positions masked each: a masked token
+    is its neighbours' (learnable from context alone); ``shuffle`` permutes the labels over all
+    positions of the data, which keeps their unigram distribution and leaves nothing to learn."""
+    rng = np.random.default_rng(seed)
+    rows = {"input_ids": [], "masked_positions": [], "masked_labels": []}
+    for _ in range(n):
+        ids = np.concatenate([[1], np.repeat(rng.integers(4, VOCAB, 6), 4), [2]])
+        pos = np.sort(rng.choice(np.arange(2, len(ids) - 2), 2, replace=False))
+        rows["masked_labels"].append(ids[pos].tolist())
+        ids[pos] = MASK
+        rows["input_ids"].append(ids.tolist())
+        rows["masked_positions"].append(pos.tolist())
+    if shuffle:
+        flat = rng.permutation(np.concatenate(rows["masked_labels"]))
+        rows["masked_labels"] = flat.reshape(n, 2).tolist()
+    return PretrainingExamples.from_table(pa.table(rows))
+
+
+def _trained(shuffle: bool, tmp_path) -> tuple[list[Gate], Gate]:
+    size = ModelSize(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
+                     hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, sinusoidal_position_amplitude=0.1,
+                     local_attention_layers=1)
+    model = PretrainingModel(new_masked_lm(bert_config(size, VOCAB, 32), 0, size))
+    data = _copy_task(300, 0, shuffle)
+    train.fn(model, data, cfg(token_budget=60000, batch_size=8, learning_rate=3e-3), seed=0,
+             device=torch.device("cpu"), checkpoint=tmp_path / f"{shuffle}.pt", fingerprint="x", log=lambda _: None)
+    rng = np.random.default_rng(1)  # held-out text: unmasked runs (evaluate_mlm masks them)
+    held = [np.concatenate([[1], np.repeat(rng.integers(4, VOCAB, 6), 4), [2]]) for _ in range(60)]
+    ids, offsets = np.concatenate(held), np.arange(61) * len(held[0])
+    counts = np.bincount(np.concatenate([*data.ids, *data.labels]), minlength=VOCAB)
+    scores = evaluate_mlm(model.mlm, ids, offsets, lang="x", seed=0, mask_token_id=MASK, masked_lm_prob=0.15,
+                          max_predictions=3, device=torch.device("cpu"), positions=True)
+    at = scores["positions"]
+    gates, _ = mlm_gates(at["losses"], at["correct"], at["labels"], at["rows"], unigram_log_probs(counts, SPECIALS))
+    return gates, collapse_gate(*token_state_sums(model.mlm.bert, ids, offsets, torch.device("cpu")))
+
+
+def test_a_learnable_objective_passes_and_shuffled_labels_fail(tmp_path):
+    learned, collapse = _trained(False, tmp_path)
+    assert all(g.passed for g in learned), learned
+    assert collapse.passed
+    broken, _ = _trained(True, tmp_path)
+    assert not any(g.passed for g in broken), broken

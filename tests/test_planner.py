@@ -1,0 +1,51 @@
+"""The MDE planner (tasks/report/planner.py) and the study's refusal to run over uncommitted changes
+(tasks/orchestration/study.py)."""
+
+import json
+import subprocess
+
+import numpy as np
+import pytest
+
+from tasks.report.planner import markdown, plan
+from tasks.report.statistics import Decomposition
+from tasks.orchestration import study
+
+COMPONENTS = {"pretraining_seed": 4.0, "finetuning_seed": 1.0, "test_sample": 6.0, "run_noise": 2.0, "examples": 1000,
+              "procedure": "mlm", "seeds": 5, "finetune_seeds": 3}
+COST = {"pretrain_min": 6.0, "pretrain_flops": 3e13, "finetune_min": {"t": 0.5}, "test_examples": {"t": 4000}}
+
+
+def test_planned_variance_drops_the_examples_difficulty_and_shrinks_with_replication():
+    d = Decomposition(4.0, 1.0, 6.0, 2.0, 1000)
+    assert d.paired_variance(5, 3, 1000) == pytest.approx(2 * (4 / 5 + (1 + 2) / 15))
+    assert d.paired_variance(5, 3, 4000) == pytest.approx(2 * (4 / 5 + (1 + 0.5) / 15))  # 4x the examples
+    assert d.planned_mde(10, 3, 1000) < d.planned_mde(5, 3, 1000)
+    assert np.isnan(d.planned_mde(1, 1, 1000))  # no replicate, no MDE
+
+
+def test_the_plan_is_the_cheapest_design_that_reaches_the_target():
+    (row,) = plan({"t": COMPONENTS}, COST, target=2.0, gpu_rate=1e14)
+    assert row["mde"] <= 2.0 and row["test_examples"] == 4000
+    d = Decomposition(4.0, 1.0, 6.0, 2.0, 1000)
+    cheaper = [(s, f) for s in range(2, 51) for f in range(1, 11)
+               if 2 * s * 6 + 2 * s * f * 0.5 < row["minutes"] and d.planned_mde(s, f, 4000) <= 2.0]
+    assert cheaper == []
+    assert row["gpu_hours"] == pytest.approx(2 * row["seeds"] * 3e13 / 1e14 / 3600)
+    (unreachable,) = plan({"t": COMPONENTS}, COST, target=0.01, gpu_rate=None)
+    assert unreachable["seeds"] is None and unreachable["best_reachable"] > 0.01
+    assert "none within 50 x 10" in markdown([unreachable])
+
+
+def test_the_study_refuses_uncommitted_changes_and_leaves_them(tmp_path, monkeypatch, capsys):
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    (tmp_path / "params.yaml").write_text("seed: 1\n", encoding="utf-8")
+    subprocess.run(["git", "add", "."], cwd=tmp_path, check=True)
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "x"], cwd=tmp_path, check=True)
+    (tmp_path / "params.yaml").write_text("seed: 2\n", encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    assert study.main(["study"]) == 2
+    assert "params.yaml" in capsys.readouterr().err
+    assert (tmp_path / "params.yaml").read_text(encoding="utf-8") == "seed: 2\n"  # the edit is kept
+    assert study.main(["study", "--queue"]) == 2 and not (tmp_path / "reports").exists()
+    assert json.loads(json.dumps(study.STUDIES["study"]))["compare"] == "[mlm,wwm,mac,electra]"
