@@ -50,7 +50,7 @@ def small_params() -> dict:
     params["tokenizer"].update(vocab="train", train_vocab_size=1500)
     # a preset of its own, not overrides under `model`, so that the stages read their size where they declare it
     params["model_presets"]["test"] = {**params["model_presets"]["tiny"], "hidden_size": 32, "num_hidden_layers": 1,
-                                       "num_attention_heads": 2, "intermediate_size": 64}
+                                       "num_attention_heads": 2, "intermediate_size": 64, "local_attention_layers": 1}
     params["model"] = {"preset": "test"}
     params["pretraining_data"].update(shard_size=300)
     params["pretrain"].update(token_budget=6000, batch_size=8, log_every=5, checkpoint_every=10)
