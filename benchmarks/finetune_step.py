@@ -15,7 +15,7 @@
   built beforehand, for both). Each side runs ``--rounds`` times, alternated; the best counts.
 * The stage's seeds (``finetune.seeds``, each fine-tuned then scored on dev and test, as
   :func:`tasks.downstream.finetune.run_seed` does): ``seeds_in_turn`` in this process with all its
-  threads (``finetune.seed_workers: 1``) next to ``seeds_side_by_side``, one forked single-thread
+  threads (``finetune.seed_workers: 1``) next to ``seeds_side_by_side``, one spawned single-thread
   process per seed (:func:`tasks.training.seeds.map_seeds`); tokens/s over all seeds, model loading
   and evaluation included.
 * ``profile``: each side's operators over one epoch (``profiling.op_profile``): their CPU time a

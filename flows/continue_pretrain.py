@@ -19,6 +19,7 @@ from tasks.multilingual.continue_pretrain import (continue_checkpoint, evaluate_
                                                   resized_base_model)
 from tasks.multilingual.fast_mlm import FastMLM, language_vocabularies
 from tasks.multilingual.multilingual import read_documents
+from tasks.pretraining.checkpoint import clear_checkpoint
 from tasks.pretraining.modeling import PretrainingModel, prepare_model
 from tasks.pretraining.pretrain import train, write_log
 from tasks.training.distributed import join_process_group, run_training_stage
@@ -59,7 +60,7 @@ def continue_pretrain(mixture: str) -> None:
             vocab_size=len(tokenizer), sequences=len(data), threads=torch.get_num_threads(), heldout=heldout_scores,
             **({"fast_mlm_vocab": dict(zip(langs, map(len, vocabularies)))} if vocabularies else {})))
         write_log(log_csv, rows)
-    checkpoint.unlink(missing_ok=True)
+    clear_checkpoint(checkpoint)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ from tasks.core.metrics.pretraining import PretrainMetrics
 from tasks.core.params import load_params
 from tasks.pretraining.modeling import (SNAPSHOT_FILE, prepare_model, pretraining_model, resolve_init_from,
                                         save_pretrained, save_snapshot)
-from tasks.pretraining.checkpoint import pretrain_checkpoint
+from tasks.pretraining.checkpoint import clear_checkpoint, pretrain_checkpoint
 from tasks.pretraining.examples import PretrainingExamples, objective_masker
 from tasks.pretraining.gates import training_gates
 from tasks.pretraining.pretrain import train, write_log
@@ -77,8 +77,7 @@ def pretrain(objective: str, seed: str) -> None:
             snapshots / f"{f:g}.timing.json")} for f in cfg.snapshots]
         write_metrics(metrics, PretrainMetrics(**summary))
         write_log(log_csv, rows)
-    checkpoint.unlink(missing_ok=True)
-    shutil.rmtree(snapshots, ignore_errors=True)
+    clear_checkpoint(checkpoint)
 
 
 if __name__ == "__main__":

@@ -5,7 +5,6 @@ memory-mappable Arrow IPC shards (``data/pretraining/<objective>-<seed>``). The 
 through by record batches; the packed rows wait in a scratch folder on disk, so memory holds a
 few shards, never the corpus."""
 
-import os
 import sys
 import tempfile
 from pathlib import Path
@@ -15,7 +14,7 @@ from prefect import flow, get_run_logger
 from transformers import BertTokenizerFast  # not AutoTokenizer, which imports torch
 
 from tasks.core import paths
-from tasks.core.io import atomic_outputs, remove_orphans
+from tasks.core.io import atomic_outputs, process_tag, remove_orphans
 from tasks.core.metrics.base import write_metrics
 from tasks.core.metrics.pretraining import PretrainingDataMetrics
 from tasks.core.params import load_params
@@ -41,7 +40,7 @@ def pretraining_data(objective: str, seed: str) -> None:
     remove_orphans(paths.PRETRAINING, f".{name}.packed-")  # a killed run's scratch folder
     # packed rows spill to a scratch folder beside the output (same disk), not to memory
     with atomic_outputs(paths.PRETRAINING / name, paths.stage_metrics("pretraining_data", name)) as (out, metrics), \
-            tempfile.TemporaryDirectory(prefix=f".{name}.packed-{os.getpid()}-", dir=paths.PRETRAINING) as scratch:
+            tempfile.TemporaryDirectory(prefix=f".{name}.packed-{process_tag()}-", dir=paths.PRETRAINING) as scratch:
         packed = pack_corpus(paths.TOKENS, Path(scratch) / "packed", cfg.max_seq_length, tokenizer.cls_token_id,
                              tokenizer.sep_token_id, reserve=1 if spec.sentence_task else 0,
                              cross_documents=cfg.packing == "full_sentences",

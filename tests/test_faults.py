@@ -18,9 +18,9 @@ import yaml
 
 import tasks.pretraining.pretraining_data as pretraining_data
 from tasks.core.errors import ParamsError, PipelineError
-from tasks.core.io import atomic_outputs, remove_orphans
+from tasks.core.io import atomic_outputs, process_tag, remove_orphans
 from tasks.core.params import Executor
-from tasks.core.pool import map_forked
+from tasks.core.pool import map_processes
 from tasks.core.shards import ShardedStep, check_part, remove_work, run_shards, write_output
 from tasks.pretraining.masking import MaskingConfig
 from tasks.pretraining.packing import pack_documents
@@ -56,11 +56,38 @@ def test_a_killed_worker_fails_the_call_at_once_naming_the_job_and_the_signal():
     try:
         t0 = time.perf_counter()
         with pytest.raises(PipelineError, match=r"^t: the worker of job 3 was killed by SIGKILL \(out of memory\?\)"):
-            map_forked(job, list(range(12)), 2, "t", lambda i: f"job {i}")
+            map_processes(job, list(range(12)), 2, "t", lambda i: f"job {i}")
         assert time.perf_counter() - t0 < 10
     finally:
         del os.environ[KILL_FLAG]
-    assert map_forked(lambda i: i * i, list(range(5)), 2, "t", str) == [0, 1, 4, 9, 16]
+    assert map_processes(lambda i: i * i, list(range(5)), 2, "t", str) == [0, 1, 4, 9, 16]
+
+
+def test_a_worker_terminated_alone_is_named_alone():
+    """A SIGTERM to one worker (the other busy with its own job) names that worker's job only."""
+    def job(i):
+        if i == 2:
+            os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(2 if i != 2 else 0)
+        return i
+
+    with pytest.raises(PipelineError) as caught:
+        map_processes(job, list(range(6)), 2, "segment", lambda i: f"shard {i}")
+    assert str(caught.value).startswith("segment: the worker of shard 2 was killed by SIGTERM;")
+    assert str(caught.value).count("shard") == 1
+
+
+def test_workers_are_spawned_not_forked_and_the_pool_is_reentrant():
+    """No fork from the stage's threaded process: each worker is a fresh interpreter (its parent's
+    threads and memory are not inherited), and a call may run inside another's job."""
+    import threading
+
+    marker = threading.Thread(target=time.sleep, args=(5,), daemon=True)
+    marker.start()  # a thread in the caller, as Prefect's are in a stage
+    inner = lambda i: map_processes(lambda j: (j, threading.active_count()), [i, i + 1], 2, "inner", str)  # noqa: E731
+    outer = map_processes(inner, [0, 10], 2, "outer", str)
+    assert [[j for j, _ in r] for r in outer] == [[0, 1], [10, 11]]
+    assert all(threads == 1 for r in outer for _, threads in r)  # a forked child would see the caller's threads
 
 
 def test_an_error_stops_the_other_jobs_without_waiting_for_them():
@@ -71,7 +98,7 @@ def test_an_error_stops_the_other_jobs_without_waiting_for_them():
 
     t0 = time.perf_counter()
     with pytest.raises(ValueError, match="a truncated file"):
-        map_forked(job, [0, 1, 2], 2, "t", str)
+        map_processes(job, [0, 1, 2], 2, "t", str)
     assert time.perf_counter() - t0 < 10  # the sleeping worker is killed, not waited for
 
 
@@ -105,19 +132,23 @@ def test_a_killed_seed_worker_fails_the_stage_naming_the_seed():
     assert [r["seed"] for r in map_seeds(toy_seed, [1, 13, 2], 2, torch.device("cpu"), "finetune")] == [1, 13, 2]
 
 
+def _dying_mask_shard(args):
+    """pretraining_data's shard job, but the worker of the second shard dies as it starts (a module-level
+    function: spawned workers import it, as they import the real one)."""
+    if args[4][3] == 1:  # the rng key (seed, objective, copy, shard)
+        os.kill(os.getpid(), signal.SIGKILL)
+    return REAL_MASK_SHARD(args)
+
+
+REAL_MASK_SHARD = pretraining_data._mask_shard
+
+
 def test_a_killed_masking_worker_fails_pretraining_data_naming_the_shard(tmp_path, monkeypatch):
     rng = np.random.default_rng(0)
     sentences = [rng.integers(5, 90, size=rng.integers(3, 20)).astype(np.int32) for _ in range(300)]
     packed = pack_documents([f"d{i // 5}" for i in range(300)], sentences,
                             [np.arange(len(s), dtype=np.int32) for s in sentences], 32, 1, 2)
-    real = pretraining_data.mask_batch
-
-    def dying(input_ids, *args, **kwargs):  # the worker of the second shard dies as it masks
-        if input_ids.shape[0] and int(input_ids[0].sum()) == int(packed.input_ids[40].sum()):
-            os.kill(os.getpid(), signal.SIGKILL)
-        return real(input_ids, *args, **kwargs)
-
-    monkeypatch.setattr(pretraining_data, "mask_batch", dying)
+    monkeypatch.setattr(pretraining_data, "_mask_shard", _dying_mask_shard)
     with pytest.raises(PipelineError, match=r"^pretraining_data@mlm: the worker of shard \d+ was killed by SIGKILL"):
         pretraining_data.write_shards(packed, MaskingConfig(), tmp_path / "mlm", objective="mlm", seed=1,
                                       dynamic=False, dupe_factor=1, shard_size=40, mask_token_id=3,
@@ -167,6 +198,35 @@ def test_a_killed_writers_temporaries_are_removed_by_the_next_write(tmp_path):
     assert (tmp_path / f".out.parquet.tmp-{os.getppid()}").exists()  # never another live process's
     assert remove_orphans(tmp_path, ".mlm.packed-") == [tmp_path / f".mlm.packed-{dead}-x1y2"]
     assert (tmp_path / "out.parquet").read_text() == "whole"
+
+
+def test_a_temporary_whose_writers_pid_now_belongs_to_a_live_process_is_removed(tmp_path):
+    """Liveness by pid alone keeps a dead writer's temporary forever once its pid is reused: the
+    owner's start time in the name tells the two apart."""
+    parent = os.getppid()  # a live process, standing in for the one that reused the dead writer's pid
+    start = int(Path(f"/proc/{parent}/stat").read_text().rsplit(")", 1)[1].split()[19])
+    reused = tmp_path / f".out.parquet.tmp-{parent}s{start + 1}"  # same pid, another start: a dead writer's
+    live = tmp_path / f".out.parquet.tmp-{parent}s{start}"
+    reused.write_text("half")
+    live.write_text("a live writer's")
+    with atomic_outputs(tmp_path / "out.parquet") as (out,):
+        assert out.name == f".out.parquet.tmp-{process_tag()}" and "s" in process_tag()
+        out.write_text("whole")
+    assert not reused.exists() and live.exists()
+
+
+def test_a_killed_multilingual_build_leaves_nothing_the_next_write_does_not_remove(tmp_path):
+    """The multilingual stage's scratch folder sits beside its output's temporary and carries its
+    name: killed, both go at the next write of the output."""
+    dead = os.fork()
+    if dead == 0:
+        os._exit(0)
+    os.waitpid(dead, 0)
+    (tmp_path / f".documents.parquet.tmp-{dead}").write_text("half")
+    (tmp_path / f".documents.parquet.tmp-{dead}-languages-ab12").mkdir()
+    with atomic_outputs(tmp_path / "documents.parquet") as (out,):
+        out.write_text("whole")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["documents.parquet"]
 
 
 # --------------------------------------------------------------------------- no stage outlives its command
@@ -258,6 +318,19 @@ def test_torchrun_ranks_die_with_their_agent_killed_with_its_group(tmp_path):
                 os.kill(pid, signal.SIGKILL)
 
 
+def test_a_finished_run_leaves_no_lock_and_no_snapshots_of_discarded_params(tmp_path):
+    from tasks.pretraining.checkpoint import clear_checkpoint, exclusive, save_checkpoint
+
+    path = tmp_path / "checkpoints" / "pretrain" / "mlm-42" / "last.pt"
+    (path.parent / "snapshots-0123456789abcdef" / "0.5").mkdir(parents=True)  # a run of earlier params
+    (path.parent / "snapshots-fedcba9876543210" / "0.5").mkdir(parents=True)  # this run's
+    with exclusive(path):
+        save_checkpoint(path, {"fingerprint": "f"})
+    assert path.with_name("last.pt.lock").exists()  # held while it ran
+    clear_checkpoint(path)
+    assert not path.parent.exists()
+
+
 def test_a_second_run_on_the_same_checkpoint_is_refused(tmp_path):
     from tasks.pretraining.checkpoint import exclusive
 
@@ -294,6 +367,27 @@ def test_an_unreachable_dask_scheduler_is_one_line_at_once_and_leaves_no_work_fo
     assert not (tmp_path / "out").exists() or not list((tmp_path / "out").iterdir())
 
 
+def test_a_port_that_answers_but_is_no_dask_scheduler_is_refused_by_the_handshake(tmp_path):
+    """A port that accepts connections (an HTTP server, e.g. Dask's dashboard) is no scheduler: the
+    stage is refused in one line within the timeout, and leaves no work folder."""
+    import http.server
+    import threading
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    address = f"tcp://127.0.0.1:{server.server_address[1]}"
+    corpus = corpus_file(tmp_path / "corpus.parquet")
+    t0 = time.perf_counter()
+    try:
+        with pytest.raises(ParamsError, match=rf"^executor.address: no Dask scheduler answers at {address} \("):
+            run_shards(STEP, corpus, tmp_path / "out" / "out.parquet", 40,
+                       Executor(kind="address", workers=1, address=address))
+    finally:
+        server.shutdown()
+    assert time.perf_counter() - t0 < 30
+    assert not (tmp_path / "out").exists() or not list((tmp_path / "out").iterdir())
+
+
 def test_an_unreachable_rendezvous_is_one_line_within_its_wait():
     from tasks.core.params import Distributed
     from tasks.training.distributed import check_rendezvous
@@ -310,6 +404,7 @@ def test_an_unreachable_rendezvous_is_one_line_within_its_wait():
     ({"pretrain": {"device": "cuda"}, "distributed": {"nproc_per_node": 2}},
      r"error: pretrain.device: cuda asked for, but torch .* has no CUDA device"),
     ({"pretrain": {"device": "gpu"}}, r"pretrain.device: 'gpu' is no device"),
+    ({"pretrain": {"device": "mps"}}, r"pretrain.device: mps asked for, but torch .* has no MPS device"),
     ({"pretrain": {"batch_size": 9}, "distributed": {"nproc_per_node": 2}},
      r"pretrain.batch_size 9 \(the global batch\) is not a multiple of 2 processes x 1 accumulation_steps"),
 ])
@@ -364,3 +459,69 @@ def test_the_prefect_server_of_make_repro_dies_with_its_wrapper_killed_with_9(tm
             os.kill(pid, signal.SIGKILL)
         wrapper.kill()
         wrapper.wait()
+
+
+# --------------------------------------------------------------------------- a full disk
+
+FULL_DISK_STAGE = """
+import errno, sys
+from pathlib import Path
+from prefect import flow
+from tasks.core.io import atomic_outputs
+from tasks.core.stage import run_stage
+
+@flow
+def stage():
+    with atomic_outputs(Path(sys.argv[1]) / "data" / "sentences.parquet") as (out,):
+        out.write_bytes(b"x" * 1000)
+        raise OSError(errno.ENOSPC, "No space left on device", str(out))
+
+run_stage(stage)
+"""
+
+
+def test_a_full_disk_is_one_line_naming_the_path_and_leaves_no_partial_artifact(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}  # a temporary server of its own
+    proc = subprocess.run([sys.executable, "-c", FULL_DISK_STAGE, str(tmp_path)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=180, env={**env, "PREFECT_HOME": str(tmp_path / "prefect")})
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
+    (line,) = [x for x in proc.stderr.splitlines() if x.startswith("error:")]
+    assert re.search(r"no space left on the device of .*data/\.sentences\.parquet\.tmp-\S+: [\d,.]+ MiB free", line)
+    assert not any((tmp_path / "data").iterdir())  # the temporary went with the error
+
+
+def test_a_full_disk_under_checkpoints_says_so_and_keeps_the_last_checkpoint(tmp_path, monkeypatch):
+    from collections import namedtuple
+
+    from tasks.core.errors import DiskFullError
+    from tasks.pretraining.checkpoint import load_checkpoint, save_checkpoint
+
+    path = tmp_path / "checkpoints" / "last.pt"
+    save_checkpoint(path, {"fingerprint": "f", "w": torch.zeros(1000)})
+
+    def full(*args, **kwargs):  # what torch's zip writer says when the disk fills
+        raise RuntimeError("[enforce fail at inline_container.cc:664] . unexpected pos 13056 vs 12950")
+
+    monkeypatch.setattr(torch, "save", full)
+    monkeypatch.setattr("tasks.pretraining.checkpoint.shutil.disk_usage",
+                        lambda p: namedtuple("Usage", "total used free")(10**6, 10**6 - 100, 100))
+    with pytest.raises(DiskFullError, match=r"no space left on the device of .*checkpoints/last\.tmp: .* MiB free, "
+                                            r"and the write needed 0\.0 MiB"):
+        save_checkpoint(path, {"fingerprint": "f", "w": torch.zeros(1000)})
+    assert not path.with_suffix(".tmp").exists()
+    assert load_checkpoint(path, "f", print) is not None  # the previous one stays
+
+
+@pytest.mark.parametrize("seeds, line", [('"42"', r"pretrain\.seeds: Input should be a valid list"),
+                                         ("[42, 42]", r"pretrain\.seeds: seeds repeat: \[42, 42\]")])
+def test_every_entry_point_validates_params_before_dvc_reads_them(tmp_path, seeds, line):
+    """`make repro` (and study, compare, pipeline) runs through the Prefect wrapper, which refuses bad
+    params before DVC reads its foreach/matrix lists and whether or not a stage would rerun."""
+    text = (ROOT / "params.yaml").read_text(encoding="utf-8")
+    (tmp_path / "params.yaml").write_text(re.sub(r"(?m)^  seeds: \[42\]", f"  seeds: {seeds}", text),
+                                          encoding="utf-8")
+    proc = subprocess.run([sys.executable, "-m", "tasks.orchestration.prefect_server", "touch", "ran"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 2 and re.search(line, proc.stderr), proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr and not (tmp_path / "ran").exists()

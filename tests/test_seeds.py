@@ -1,4 +1,4 @@
-"""map_seeds: one run per seed, side by side in forked single-thread workers (tasks.training.seeds)."""
+"""map_seeds: one run per seed, side by side in spawned single-thread workers (tasks.training.seeds)."""
 
 import logging
 import os
@@ -6,7 +6,6 @@ import os
 import pytest
 import torch
 
-import tasks.core.pool as pool_module
 from tasks.core.errors import SourceError
 from tasks.downstream.finetune import fit
 from tasks.training.seeds import map_seeds
@@ -27,7 +26,7 @@ def toy_run(seed, log=print):
 def test_seeds_side_by_side_match_a_single_thread_run_whatever_the_workers(caplog):
     with caplog.at_level(logging.INFO):
         three = map_seeds(toy_run, [1, 2, 3], 3, CPU, "toy")
-    assert len({r["pid"] for r, _ in three} | {os.getpid()}) == 4  # one forked process per seed
+    assert len({r["pid"] for r, _ in three} | {os.getpid()}) == 4  # one worker process per seed
     assert all(r["threads"] == 1 for r, _ in three)
     assert sum(m.startswith("toy-seed-2: step") for m in caplog.messages) >= 1  # workers' lines relayed
     two = map_seeds(toy_run, [1, 2, 3], 2, CPU, "toy")  # the third seed waits for a free worker
@@ -46,7 +45,6 @@ def test_seeds_side_by_side_match_a_single_thread_run_whatever_the_workers(caplo
 def test_a_failing_seed_fails_the_stage_with_its_error():
     with pytest.raises(SourceError, match="seed 13: a truncated file"):
         map_seeds(toy_run, [1, 13], 2, CPU, "toy")
-    assert pool_module._FN is None and pool_module._JOBS == []  # nothing of the failed stage stays behind
 
 
 def test_one_worker_runs_the_seeds_in_turn_here_as_prefect_tasks(prefect_server):

@@ -40,16 +40,17 @@ def apply_defaults() -> None:
 
 
 class _UserErrorTracebackFilter(logging.Filter):
-    """Drop the traceback from log records about a :class:`PipelineError`.
+    """Drop the traceback from log records about a :class:`PipelineError` or a full disk.
 
     Prefect logs every failed task and flow with ``exc_info``; for a user error
-    (bad input, bad params) the message alone is the useful part.
+    (bad input, bad params, no space left) the message alone is the useful part.
     """
 
     def filter(self, record: logging.LogRecord) -> bool:
-        from tasks.core.errors import PipelineError
+        from tasks.core.errors import PipelineError, disk_full
 
-        if record.exc_info and isinstance(record.exc_info[1], PipelineError):
+        error = record.exc_info[1] if record.exc_info else None
+        if error is not None and (isinstance(error, PipelineError) or disk_full(error) is not None):
             record.exc_info = None
             record.exc_text = None
         return True

@@ -2,8 +2,16 @@
 
 A :class:`PipelineError` means bad input or bad parameters, not a bug: stages
 report it as one line (``error: <message>``) and exit non-zero, without a
-traceback. Its message names the file, line, record or parameter at fault.
+traceback. Its message names the file, line, record or parameter at fault. A full
+disk is one too (:func:`disk_full`), wherever the pipeline writes.
 """
+
+from __future__ import annotations
+
+import errno
+import re
+import shutil
+from pathlib import Path
 
 
 class PipelineError(Exception):
@@ -20,3 +28,29 @@ class ParamsError(PipelineError):
 
 class MetricsError(PipelineError):
     """A metrics file (``metrics/``) does not match its model in :mod:`tasks.core.metrics`."""
+
+
+class DiskFullError(PipelineError):
+    """A write found no space left on its file system."""
+
+
+def _free_mib(path: Path) -> float:
+    """MiB free on the file system holding ``path`` (its nearest existing ancestor)."""
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return shutil.disk_usage(path).free / 2**20
+
+
+def disk_full(exc: BaseException, path: str | Path | None = None, needed: int | None = None) -> DiskFullError | None:
+    """The one-line error for ``exc`` if it is a write that found its disk full (errno ENOSPC, or a
+    library's message saying so), else None: the file (``path``, else the one the error names), the
+    MiB free on its file system and, when known, the MiB the write ``needed`` (bytes)."""
+    text = f"{exc} {exc.__cause__ or ''}"
+    if not ((isinstance(exc, OSError) and exc.errno == errno.ENOSPC) or "No space left on device" in text):
+        return None
+    path = path or getattr(exc, "filename", None) or next(iter(re.findall(r"'(/[^']+|[\w.-]+/[^']+)'", text)), None)
+    where = Path(path) if path else Path.cwd()
+    need = f", and the write needed {needed / 2**20:,.1f} MiB" if needed else ""
+    return DiskFullError(f"no space left on the device of {path or 'the working directory'}: "
+                         f"{_free_mib(where):,.1f} MiB free{need}; free some space and rerun (nothing "
+                         "half-written was kept: outputs are written to temporaries and renamed whole)")

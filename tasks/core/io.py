@@ -12,6 +12,7 @@ import glob
 import hashlib
 import json
 import os
+import re
 import shutil
 from contextlib import contextmanager
 from pathlib import Path
@@ -40,14 +41,42 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def _start_time(pid: int) -> int | None:
+    """When process ``pid`` started (clock ticks since boot, ``/proc/<pid>/stat`` field 22), or None
+    (no such process, or no ``/proc``)."""
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def process_tag() -> str:
+    """``<pid>s<start time>``: this process, told apart from a later one that reuses its pid; the
+    owner's mark in every temporary's name (``.<name>.tmp-<tag>``), which :func:`remove_orphans`
+    reads back."""
+    pid = os.getpid()
+    start = _start_time(pid)
+    return f"{pid}s{start}" if start is not None else str(pid)
+
+
+TAG = re.compile(r"(\d+)(?:s(\d+))?(?:-|$)")
+
+
 def remove_orphans(folder: str | os.PathLike, prefix: str) -> list[Path]:
-    """Remove the entries of ``folder`` named ``<prefix><pid>`` or ``<prefix><pid>-<anything>``
-    whose process is gone: the temporaries of a writer that was killed (``kill -9`` leaves them).
-    A live process's, this one's included, are left alone. Returns what was removed."""
+    """Remove the entries of ``folder`` named ``<prefix><tag>`` or ``<prefix><tag>-<anything>``
+    (``tag``: :func:`process_tag`, or a bare pid) whose process is gone: the temporaries of a writer
+    that was killed (``kill -9`` leaves them). A process that now holds the dead writer's pid does
+    not keep them: its start time differs. A live writer's, this one's included, are left alone.
+    Returns what was removed."""
     removed = []
     for path in Path(folder).glob(f"{glob.escape(prefix)}*") if Path(folder).is_dir() else []:
-        pid = path.name[len(prefix):].split("-", 1)[0]
-        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+        tag = TAG.match(path.name[len(prefix):])
+        if tag is None:
+            continue
+        pid, start = int(tag[1]), tag[2] and int(tag[2])
+        if pid == os.getpid() and start in (None, _start_time(pid)):
+            continue
+        if not _alive(pid) or (start is not None and _start_time(pid) != start):
             _remove(path)
             removed.append(path)
     return removed
@@ -59,7 +88,8 @@ def atomic_outputs(*paths: str | os.PathLike) -> Iterator[list[Path]]:
 
     Works for files and directories. On any exception the temporaries are
     deleted and the previous outputs are left untouched; the temporaries a killed
-    writer left (``.<name>.tmp-<pid>`` of a process that is gone) are removed first.
+    writer left (``.<name>.tmp-<tag>`` of a process that is gone: :func:`remove_orphans`) are
+    removed first.
 
     Example::
 
@@ -68,7 +98,7 @@ def atomic_outputs(*paths: str | os.PathLike) -> Iterator[list[Path]]:
             write_json(stats, {...})
     """
     finals = [Path(p) for p in paths]
-    temps = [p.with_name(f".{p.name}.tmp-{os.getpid()}") for p in finals]
+    temps = [p.with_name(f".{p.name}.tmp-{process_tag()}") for p in finals]
     for final, temp in zip(finals, temps):
         final.parent.mkdir(parents=True, exist_ok=True)
         remove_orphans(final.parent, f".{final.name}.tmp-")

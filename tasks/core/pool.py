@@ -1,15 +1,22 @@
-"""Jobs on forked worker processes that die with their stage, and a stage that dies with a worker.
+"""Jobs on worker processes that die with their stage, and a stage that dies with a worker.
 
 The one process pool of the pipeline (the shards of ``segment``, ``tokenize`` and
 ``pretraining_data``'s masking; the seeds of ``finetune``, ``distill`` and ``prune``).
-``multiprocessing.Pool`` replaces a worker killed mid-job (the out-of-memory killer, a
-``kill -9``) and waits forever for the lost job; ``concurrent.futures.ProcessPoolExecutor`` fails
-every pending job with ``BrokenProcessPool`` instead, so :func:`map_forked` builds on it and turns
-that into one line naming the job the dead worker ran and the signal that killed it (e.g.
-``segment: the worker of shard 17 was killed by SIGKILL (out of memory?)``). Every way out of
-:func:`map_forked` but success (a job's error, a dead worker, Ctrl-C, Prefect's SIGTERM) kills the
-remaining workers at once rather than waiting for their jobs; and a worker dies with the stage,
-whatever kills the stage (:func:`tasks.core.lifetime.die_with_parent`).
+
+* **Spawned, not forked.** A stage process runs Prefect's and torch's threads; a ``fork()`` while
+  another thread holds a lock (the logging module's, the allocator's) leaves the child deadlocked on
+  it. Each worker is a fresh interpreter (``multiprocessing``'s ``spawn``); the function and the jobs
+  reach it with ``cloudpickle``, so a closure over the stage's data works as it did under fork
+  (the data is pickled once per worker, the jobs one by one).
+* **A dead worker fails the call at once**, with one line naming the job it ran and the signal
+  that killed it (e.g. ``segment: the worker of shard 17 was killed by SIGKILL (out of memory?)``):
+  the call owns its processes and watches their ``sentinel``, so it knows which one died and which
+  job it held, and names that one alone. (``multiprocessing.Pool`` waits forever for a lost job;
+  ``ProcessPoolExecutor`` fails every pending job and hides which worker ran which.)
+* Every way out but success (a job's error, a dead worker, Ctrl-C, Prefect's SIGTERM) kills the
+  remaining workers at once; a worker dies with the stage, whatever kills the stage
+  (:func:`tasks.core.lifetime.die_with_parent`). The call keeps no state outside itself, so it can
+  be nested or run from two threads.
 """
 
 from __future__ import annotations
@@ -17,37 +24,36 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
-from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
-from concurrent.futures.process import BrokenProcessPool
+from multiprocessing.connection import Connection, wait
 from typing import Any, Callable
+
+import cloudpickle
 
 from tasks.core.errors import PipelineError
 from tasks.core.lifetime import die_with_parent
 
-# What the forked workers inherit (set before they are forked, so nothing of it is pickled): the
-# function, the jobs, and per job the pid of the worker running it (0: not started or done; shared).
-_FN: Callable[[Any], Any] | None = None
-_JOBS: list = []
-_RUNNING: Any = None
 
-
-def _start(parent: int, initializer: Callable[[], None] | None) -> None:
-    # Forked workers inherit the stage's SIGTERM handler (Prefect's raises an exception, which a
-    # worker would report and survive): restore the default. Ctrl-C is the stage's to handle (it
-    # kills the workers on its way out), and a stage killed outright takes its workers with it.
+def _worker(conn: Connection, payload: bytes, parent: int) -> None:
+    """A worker's life: ``(fn, initializer)`` from ``payload``, then ``(index, job)`` messages until an
+    empty one, each answered with ``(index, ok, result or exception)``."""
+    # Ctrl-C is the stage's to handle (it kills the workers on its way out); a stage killed outright
+    # takes its workers with it.
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     die_with_parent(signal.SIGKILL, parent)
+    fn, initializer = cloudpickle.loads(payload)
     if initializer is not None:
         initializer()
-
-
-def _run(index: int) -> Any:
-    _RUNNING[index] = os.getpid()
-    try:
-        return _FN(_JOBS[index])
-    finally:
-        _RUNNING[index] = 0
+    while message := conn.recv_bytes():
+        index, job = cloudpickle.loads(message)
+        try:
+            answer = (index, True, fn(job))
+        except BaseException as exc:  # the stage re-raises it
+            answer = (index, False, exc)
+        try:
+            conn.send_bytes(cloudpickle.dumps(answer))
+        except Exception as exc:  # an unpicklable result or exception: say what it was
+            conn.send_bytes(cloudpickle.dumps((index, False, RuntimeError(f"{type(exc).__name__}: {exc}"))))
 
 
 def _signal_name(exitcode: int | None) -> str:
@@ -60,45 +66,70 @@ def _signal_name(exitcode: int | None) -> str:
     return f"was killed by {name}" + (" (out of memory?)" if -exitcode == signal.SIGKILL else "")
 
 
-def map_forked(fn: Callable[[Any], Any], jobs: list, workers: int, name: str, describe: Callable[[int], str],
-               initializer: Callable[[], None] | None = None) -> list:
-    """``[fn(job) for job in jobs]`` on ``workers`` forked processes, results in job order.
+def map_processes(fn: Callable[[Any], Any], jobs: list, workers: int, name: str, describe: Callable[[int], str],
+                  initializer: Callable[[], None] | None = None) -> list:
+    """``[fn(job) for job in jobs]`` on ``workers`` spawned processes, results in job order.
 
     Args:
-        fn: any callable, and ``jobs`` any objects: forked workers inherit both (closures over the
-            stage's data are fine; nothing is pickled but the results, which must pickle).
+        fn: any callable, and ``jobs`` any objects that ``cloudpickle`` pickles (closures over the
+            stage's data are fine); the results must pickle too.
         name: the stage, first word of the error line.
         describe: job index -> what it is, for the error line (``"shard 17"``, ``"seed 2"``).
-        initializer: run in each worker after it is made to die with the stage.
+        initializer: run in each worker before its first job (e.g. setting torch's threads).
     Raises:
         PipelineError: a worker died while running a job (one line: the stage, the job, the signal).
-        whatever ``fn`` raises for a failing job (the first in job order among those failed when the
-            first failed); the other workers are killed.
+        whatever ``fn`` raises for a failing job (the first to fail); the other workers are killed.
     """
-    global _FN, _JOBS, _RUNNING
-    context = multiprocessing.get_context("fork")
-    _FN, _JOBS, _RUNNING = fn, jobs, context.Array("q", len(jobs), lock=False)
-    executor = ProcessPoolExecutor(min(workers, len(jobs)), mp_context=context, initializer=_start,
-                                   initargs=(os.getpid(), initializer))
-    processes: dict = {}
+    context = multiprocessing.get_context("spawn")
+    payload = cloudpickle.dumps((fn, initializer))
+    processes, pipes = [], []
+    results: list = [None] * len(jobs)
+    queue = iter(range(len(jobs)))
+    running: dict[int, int] = {}  # worker -> the job it holds
     try:
-        futures = [executor.submit(_run, i) for i in range(len(jobs))]
-        processes = executor._processes or {}  # pid -> Process; kept: shutdown drops the executor's reference
-        wait(futures, return_when=FIRST_EXCEPTION)  # the first error ends the call, not the last job
-        failed = next((f for f in futures if f.done() and f.exception() is not None), None)
-        return [f.result() for f in ([failed] if failed else futures)]
-    except BrokenProcessPool:
-        executor.shutdown(wait=True)  # the broken pool's manager joins the workers: their exit codes are known
-        dead = [p for p in list(processes.values()) if p.exitcode not in (None, 0, -signal.SIGTERM)] or \
-            [p for p in list(processes.values()) if p.exitcode not in (None, 0)]
-        running = {pid: i for i, pid in enumerate(_RUNNING) if pid}
-        what = [f"the worker of {describe(running[p.pid])}" if p.pid in running else f"worker {p.pid}"
-                for p in dead] or ["a worker"]
-        raise PipelineError(f"{name}: {', '.join(what)} {_signal_name(dead[0].exitcode if dead else None)}; "
-                            "rerun the stage to finish what it left") from None
+        for _ in range(min(workers, len(jobs))):
+            ours, theirs = context.Pipe()
+            process = context.Process(target=_worker, args=(theirs, payload, os.getpid()))
+            process.start()
+            theirs.close()
+            processes.append(process)
+            pipes.append(ours)
+
+        def hand_out(worker: int) -> None:
+            index = next(queue, None)
+            if index is None:
+                pipes[worker].send_bytes(b"")  # no more: the worker ends
+                running.pop(worker, None)
+            else:
+                pipes[worker].send_bytes(cloudpickle.dumps((index, jobs[index])))
+                running[worker] = index
+
+        for worker in range(len(processes)):
+            hand_out(worker)
+        while running:
+            watched = {pipes[w]: w for w in running} | {processes[w].sentinel: w for w in running}
+            ready = wait(list(watched))
+            dead = {watched[r] for r in ready if not isinstance(r, Connection)}
+            for conn in (r for r in ready if isinstance(r, Connection)):  # answers first: one sent before dying counts
+                try:
+                    index, ok, value = cloudpickle.loads(conn.recv_bytes())
+                except EOFError:  # the worker is gone (its pipe closed with it)
+                    dead.add(watched[conn])
+                    continue
+                if not ok:
+                    raise value
+                results[index] = value
+                hand_out(watched[conn])
+            for worker in sorted(w for w in dead if w in running):  # it died holding a job
+                processes[worker].join()
+                raise PipelineError(f"{name}: the worker of {describe(running[worker])} "
+                                    f"{_signal_name(processes[worker].exitcode)}; rerun the stage to finish what it "
+                                    "left")
+        return results
     finally:
-        for process in list(processes.values()):  # on any way out but success, nothing may outlive the call
-            if process.is_alive():
+        for process in processes:  # on any way out but success, nothing may outlive the call
+            if process.is_alive() and running:
                 process.kill()
-        executor.shutdown(wait=True, cancel_futures=True)
-        _FN, _JOBS, _RUNNING = None, [], None
+            process.join()
+        for conn in pipes:
+            conn.close()

@@ -30,8 +30,8 @@ task written after its output, a rerun skips the tasks that have one)::
   (``pyarrow.parquet.ParquetWriter``, one row group per part).
 
 Executors (``executor`` params): ``processes`` runs the shards in this process (1 worker)
-or on forked workers that die with the stage, and whose death fails the stage at once
-(:func:`tasks.core.pool.map_forked`);
+or on spawned workers that die with the stage, and whose death fails the stage at once
+(:func:`tasks.core.pool.map_processes`);
 ``local_cluster`` and ``address`` run each shard as a Prefect task, with retries, through
 ``prefect_dask.DaskTaskRunner`` on a ``dask.distributed.LocalCluster`` or an existing
 scheduler (whose workers must see the same file system), so every shard shows in the
@@ -41,13 +41,13 @@ masking runs its shards on it too).
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import inspect
 import json
 import math
 import os
 import shutil
-import socket
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -58,7 +58,7 @@ import pyarrow.parquet as pq
 from tasks.core.errors import ParamsError, PipelineError, SourceError
 from tasks.core.io import (PARQUET_OPTIONS, atomic_outputs, parquet_table, read_json, sha256_file, stream_parquet,
                            write_json, write_parquet)
-from tasks.core.pool import map_forked
+from tasks.core.pool import map_processes
 from tasks.core.stage import run_logger, stage_task
 
 FORMAT = 2  # of the work folder; part of the fingerprint, so a layout change never reads an old folder
@@ -223,20 +223,39 @@ def _task_runner(executor):
 
 
 def check_executor(executor, timeout: float = 10.0) -> None:
-    """Fail fast when ``executor`` names a Dask scheduler that does not answer (Dask would try for
-    30 s and end in a long traceback).
+    """Fail fast when ``executor`` names no Dask scheduler that answers: Dask's own client does its
+    handshake with it, so a port that accepts connections but is no scheduler (its dashboard, any
+    other server) is refused too, instead of a stage that hangs on it (Dask would otherwise try for
+    30 s, or forever, and end in a long traceback).
 
     Raises:
-        ParamsError: nothing answers at ``executor.address`` within ``timeout`` seconds.
+        ParamsError: no Dask scheduler completes the handshake at ``executor.address`` within
+            ``timeout`` seconds.
     """
     if executor.kind != "address":
         return
-    host, _, port = executor.address.split("://", 1)[-1].rpartition(":")
     try:
-        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
-    except (OSError, ValueError):
-        raise ParamsError(f"executor.address: no Dask scheduler answers at {executor.address} (start one with "
-                          "`dask scheduler`, or set executor.kind: processes)") from None
+        reply = asyncio.run(asyncio.wait_for(_identity(executor.address, timeout), timeout))
+        if isinstance(reply, dict) and reply.get("type") == "Scheduler":
+            return
+        why = f"it answers as {reply.get('type') if isinstance(reply, dict) else type(reply).__name__}"
+    except Exception as exc:  # OSError, TimeoutError, CommClosedError, ValueError (a bad address): all mean "none"
+        why = (str(exc).strip().splitlines() or [f"no handshake within {timeout:g} s"])[0][:160]
+    raise ParamsError(f"executor.address: no Dask scheduler answers at {executor.address} ({why}); start one with "
+                      "`dask scheduler`, or set executor.kind: processes")
+
+
+async def _identity(address: str, timeout: float):
+    """The ``identity`` reply of whatever Dask comm answers at ``address`` (Dask's own handshake:
+    its client hangs on a port that accepts connections but speaks another protocol)."""
+    from distributed.comm import connect
+
+    comm = await connect(address, timeout=timeout)
+    try:
+        await comm.write({"op": "identity"})
+        return await comm.read()
+    finally:
+        comm.abort()
 
 
 def map_tasks(name: str, fn: Callable[[Any], Any], jobs: list, executor, indices: list[int] | None = None) -> list:
@@ -250,14 +269,14 @@ def map_tasks(name: str, fn: Callable[[Any], Any], jobs: list, executor, indices
         executor: the ``executor`` params (:class:`tasks.core.params.Executor`).
     Raises:
         ParamsError: ``executor.address`` names no Dask scheduler that answers.
-        PipelineError: a worker process died (one line: the shard, the signal; :func:`tasks.core.pool.map_forked`).
+        PipelineError: a worker process died (one line: the shard, the signal; :func:`tasks.core.pool.map_processes`).
         whatever ``fn`` raises for a failing job (after its retry on Dask).
     """
     if executor.kind == "processes":
         if executor.workers == 1 or len(jobs) <= 1:
             return [fn(job) for job in jobs]
         shard = indices or list(range(len(jobs)))
-        return map_forked(fn, jobs, executor.workers, name, lambda i: f"shard {shard[i]}")
+        return map_processes(fn, jobs, executor.workers, name, lambda i: f"shard {shard[i]}")
 
     check_executor(executor)
     from prefect import flow

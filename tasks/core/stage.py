@@ -13,7 +13,7 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from tasks.core.environment import quiet_user_errors
-from tasks.core.errors import PipelineError
+from tasks.core.errors import PipelineError, disk_full
 from tasks.core.lifetime import die_with_parent
 
 
@@ -26,7 +26,7 @@ def stage_task(fn: Callable | None = None, **options):
 
 def run_logger() -> logging.Logger | logging.LoggerAdapter:
     """The Prefect run logger of the running flow or task; outside one (a test, a benchmark,
-    a forked worker's caller), the module's standard logger."""
+    a worker process's caller), the module's standard logger."""
     from prefect import get_run_logger
     from prefect.exceptions import MissingContextError
 
@@ -74,4 +74,10 @@ def run_stage(flow: Callable, *args: str) -> None:
         flow(*args)
     except PipelineError as exc:
         print(f"error: {exc}", file=sys.stderr)
+        sys.exit(1)
+    except Exception as exc:  # a full disk anywhere the stage wrote: one line, not a library's traceback
+        full = disk_full(exc)
+        if full is None:
+            raise
+        print(f"error: {full}", file=sys.stderr)
         sys.exit(1)

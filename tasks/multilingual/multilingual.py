@@ -203,7 +203,9 @@ def build_documents(texts_by_input: Iterable[tuple[MultilingualInput, str, Itera
         kept document, documents in input order, ``doc_id`` ``<lang>-<i>``.
     """
     output = Path(output)
-    with tempfile.TemporaryDirectory(prefix=f".{output.name}.languages-", dir=output.parent) as scratch:
+    # named after the output's temporary (.<name>.tmp-<tag>-languages-...), so that the next write of the
+    # output removes it with the temporary when this process is killed (tasks.core.io.remove_orphans)
+    with tempfile.TemporaryDirectory(prefix=f"{output.name}-languages-", dir=output.parent) as scratch:
         stats, files = _keep_documents(texts_by_input, spec, Path(scratch), rows)
         with ParquetStream(output, SCHEMA, rows) as out:
             for lang, path in files.items():

@@ -21,10 +21,13 @@ import sys
 import time
 import urllib.request
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Iterator
 
 import tasks  # noqa: F401  (offline defaults for the server process too)
+from tasks.core.errors import ParamsError
 from tasks.core.lifetime import die_with_parent
+from tasks.core.params import PARAMS_FILE, load_params
 
 
 def _free_port() -> int:
@@ -84,6 +87,14 @@ def main(argv: list[str]) -> int:
     if not argv:
         print("usage: python -m tasks.orchestration.prefect_server COMMAND [ARGS...]", file=sys.stderr)
         return 2
+    # Every entry point (make repro, study, compare, pipeline) validates params.yaml first, whether or
+    # not a stage will rerun, and before DVC reads its lists (foreach, matrix) into an error of its own.
+    if Path(PARAMS_FILE).is_file():
+        try:
+            load_params()
+        except ParamsError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
     # A terminated wrapper must still stop its server (the `finally` above), not orphan it.
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     with prefect_server() as api_url:

@@ -7,11 +7,13 @@ Checkpoints hold only tensors and plain values and are read with
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import hashlib
 import json
 import os
 import pickle
+import shutil
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
@@ -20,7 +22,7 @@ import torch
 from pydantic import BaseModel
 
 from tasks.core import paths
-from tasks.core.errors import PipelineError
+from tasks.core.errors import PipelineError, disk_full
 from tasks.core.io import sha256_tree
 from tasks.pretraining.masking import MaskingConfig
 
@@ -94,11 +96,51 @@ def exclusive(path: Path) -> Iterator[None]:
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
+def clear_checkpoint(path: Path) -> None:
+    """Everything a finished run of checkpoint ``path`` leaves behind, gone: the checkpoint, its lock
+    (:func:`exclusive`), and every ``snapshots-<fingerprint>`` folder beside it (its own run's, and
+    those of runs whose params changed since: full models at real size), then the folder if empty.
+    Call it once the run's outputs are saved."""
+    path.unlink(missing_ok=True)
+    path.with_name(path.name + ".lock").unlink(missing_ok=True)
+    for stale in path.parent.glob("snapshots-*"):
+        shutil.rmtree(stale, ignore_errors=True)
+    if path.parent.is_dir() and not any(path.parent.iterdir()):
+        path.parent.rmdir()
+
+
 def save_checkpoint(path: Path, state: dict) -> None:
+    """Write ``state`` to ``path`` atomically (a temporary renamed into place).
+
+    Raises:
+        DiskFullError: the disk filled up (torch's writer reports it as an unexpected position in its
+            zip stream, not as a full disk): the temporary is removed, the previous checkpoint kept.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
-    torch.save(state, tmp)
+    try:
+        torch.save(state, tmp)
+    except (RuntimeError, OSError) as exc:
+        tmp.unlink(missing_ok=True)
+        needed = sum(t.numel() * t.element_size() for t in _tensors(state))
+        full = disk_full(exc, tmp, needed) or (disk_full(OSError(errno.ENOSPC, "No space left on device"), tmp, needed)
+                                               if shutil.disk_usage(path.parent).free < needed else None)
+        if full is not None:
+            raise full from None
+        raise
     os.replace(tmp, path)
+
+
+def _tensors(value):
+    """Every tensor in a nest of dicts, lists and tuples."""
+    if isinstance(value, torch.Tensor):
+        yield value
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _tensors(v)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            yield from _tensors(v)
 
 
 def load_checkpoint(path: Path, fingerprint: str, log: Callable[[str], None]) -> dict | None:

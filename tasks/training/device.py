@@ -17,8 +17,9 @@ def resolve_device(name: str = "auto", key: str = "device") -> torch.device:
     """``auto`` picks CUDA when present, else CPU; else the torch device ``name``.
 
     Raises:
-        ParamsError: ``name`` is no device, or CUDA is asked for where torch has none (a CPU build,
-            or no GPU); ``key`` names the param.
+        ParamsError: ``name`` is no device, or an accelerator is asked for where torch has none (CUDA
+            on a CPU build or without a GPU, MPS off Apple silicon, a CUDA index past the GPUs);
+            ``key`` names the param.
     """
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -29,6 +30,14 @@ def resolve_device(name: str = "auto", key: str = "device") -> torch.device:
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ParamsError(f"{key}: {name} asked for, but torch {torch.__version__} here has no CUDA device "
                           "(a CPU build, or no GPU): set it to auto or cpu")
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        raise ParamsError(f"{key}: {name} asked for, but this machine has {torch.cuda.device_count()} CUDA "
+                          "device(s): set it to auto, cuda or cpu")
+    if device.type == "mps" and not torch.backends.mps.is_available():
+        raise ParamsError(f"{key}: {name} asked for, but torch {torch.__version__} here has no MPS device "
+                          "(Apple silicon only): set it to auto or cpu")
+    if device.type not in ("cpu", "cuda", "mps"):
+        raise ParamsError(f"{key}: {name!r}: the pipeline runs on cpu, cuda or mps, not {device.type}")
     return device
 
 

@@ -2,7 +2,7 @@
 
 On CPU a model this small keeps one core busier than two intra-op threads keep two (the
 threads split matmuls of a few hundred rows and sync at every op), so ``finetune.seed_workers``
-processes, forked from the stage and one intra-op thread each, run the seeds at once: a
+processes, spawned by the stage and one intra-op thread each, run the seeds at once: a
 ``finetune`` stage of 3 seeds on 2 cores ends about 1.3x sooner than with the seeds in turn.
 A seed's result then depends neither on the machine's core count nor on the number of
 workers; it differs from the in-turn run's by float rounding (threads split reductions).
@@ -14,7 +14,7 @@ from typing import Callable, TypeVar
 
 import torch
 
-from tasks.core.pool import map_forked
+from tasks.core.pool import map_processes
 from tasks.core.stage import run_logger, stage_task
 from tasks.training.distributed import Ranks
 
@@ -38,12 +38,12 @@ def map_seeds(fn: SeedRun, seeds: list[int], workers: int, device: torch.device,
     """``[fn(seed, log=...) for seed in seeds]``, results in seed order.
 
     Args:
-        fn: one seed's run; any callable (a closure over the stage's data is fine: the workers
-            inherit it by fork). Its result must pickle (models, dicts, arrays) when
+        fn: one seed's run; any callable (a closure over the stage's data is fine: cloudpickle
+            takes it to the workers). Its result must pickle (models, dicts, arrays) when
             ``workers`` > 1.
         workers: ``finetune.seed_workers``. Above 1, on CPU and in a stage of one process, the
-            seeds run side by side in that many forked processes of one intra-op thread each
-            (module docstring; :func:`tasks.core.pool.map_forked`), their log lines relayed here as
+            seeds run side by side in that many spawned processes of one intra-op thread each
+            (module docstring; :func:`tasks.core.pool.map_processes`), their log lines relayed here as
             ``<name>-seed-<seed>: ...`` when the seed ends. Otherwise (1, a GPU, DDP) each seed runs
             in turn here, as a Prefect task run ``<name>-seed-<seed>``.
         name: what the seeds run, for the task runs and log lines.
@@ -54,7 +54,7 @@ def map_seeds(fn: SeedRun, seeds: list[int], workers: int, device: torch.device,
     if workers == 1 or device.type != "cpu" or ranks.world > 1:
         return [_seed_task(fn, seed, name) for seed in seeds]
     logger, results = run_logger(), []
-    runs = map_forked(lambda seed: _in_worker(fn, seed), seeds, workers, name, lambda i: f"seed {seeds[i]}",
+    runs = map_processes(lambda seed: _in_worker(fn, seed), seeds, workers, name, lambda i: f"seed {seeds[i]}",
                       initializer=lambda: torch.set_num_threads(1))
     for seed, (result, lines) in zip(seeds, runs):
         for line in lines:

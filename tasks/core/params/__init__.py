@@ -196,7 +196,7 @@ class Params(_Strict):
         for where, cfg in [("pretrain", self.pretrain), *((f"objectives.{n}.pretrain", self.pretrain_for(n))
                                                           for n in self.compare if self.objectives[n].pretrain)]:
             if cfg.batch_size % (world * cfg.accumulation_steps):
-                raise ValueError(f"{where}: batch_size {cfg.batch_size} (the global batch) is not a multiple of "
+                raise ValueError(f"{where}.batch_size {cfg.batch_size} (the global batch) is not a multiple of "
                                  f"{world} processes x {cfg.accumulation_steps} accumulation_steps")
         for name in self.finetune.tasks:
             batch = self.finetune.for_task(self.tasks[name]).batch_size

@@ -85,6 +85,10 @@ class TaskData(_Strict):
         bad = [k for k in self.limit if k not in SPLITS]
         if bad:
             raise ValueError(f"limit: unknown split(s) {', '.join(bad)}; known: {', '.join(SPLITS)}")
+        for split in ("dev", "test"):
+            if self.limit.get(split, 2) < 2:
+                raise ValueError(f"limit.{split}: {self.limit[split]} example cannot be scored with an interval (the "
+                                 "statistics need at least 2); raise it or drop the limit")
         carved = [s for s in ("dev", "test") if s not in self.files and getattr(self.split, s) is None]
         if carved:
             raise ValueError(f"split: the files give no {' or '.join(carved)} split; set split.{carved[0]} "
