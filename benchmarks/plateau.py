@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     masks = dict(lang=params.curves.heldout_task, seed=params.seed, mask_token_id=tokenizer.mask_token_id,
                  masked_lm_prob=params.pretraining_data.masked_lm_prob,
                  max_predictions=params.pretraining_data.max_predictions_per_seq)
-    unigram = corpus_unigram(paths.TOKENS, len(tokenizer), tokenizer.all_special_ids)
+    unigram = corpus_unigram(paths.TOKENS, len(tokenizer))
     cfg = params.pretrain.model_copy(update={"token_budget": round(params.pretrain.token_budget * args.fraction),
                                              "snapshots": [], "checkpoint_every": 10 ** 9})
     old = params.model.model_copy(update={"sinusoidal_position_amplitude": 0.03, "local_attention_layers": 0})

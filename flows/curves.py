@@ -28,7 +28,7 @@ def curves(objective: str, seed: str) -> None:
     model_dir = paths.model_dir(name)
     tokenizer = BertTokenizerFast.from_pretrained(model_dir)
     ids, offsets = heldout_text(cfg.heldout_task, tokenizer, data.max_seq_length, cfg.heldout_sequences)
-    unigram = corpus_unigram(paths.TOKENS, len(tokenizer), tokenizer.all_special_ids)
+    unigram = corpus_unigram(paths.TOKENS, len(tokenizer))
     # MLM, or ELECTRA's replaced-token detection; none for PerLM predicting positions only (its MLM head is untrained)
     measure = read_json(model_dir / HEADS_INFO)["heldout"]
     masks = dict(lang=cfg.heldout_task, seed=params.seed, mask_token_id=tokenizer.mask_token_id,

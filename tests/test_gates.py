@@ -17,7 +17,7 @@ from tasks.pretraining.modeling import PretrainingModel, bert_config, new_masked
 from tasks.pretraining.pretrain import train
 from tests.test_pretrain import cfg
 
-VOCAB, MASK, SPECIALS = 40, 3, [0, 1, 2, 3]
+VOCAB, MASK = 40, 3
 
 
 def test_clustered_mean_is_the_sandwich_variance_of_a_ratio_mean():
@@ -83,6 +83,13 @@ def test_a_gate_passes_only_when_its_whole_interval_is_on_the_right_side():
     assert Gate("g", 0.8, 0.75, 0.85, 0.7, above=True).passed
     assert not Gate("g", 0.8, 0.65, 0.95, 0.7, above=True).passed
     assert Gate("g", 0.1, 0.05, 0.15, 0.2, above=False).record()["passed"] is True
+    nan = Gate("g", float("nan"), float("nan"), float("nan"), 0.7, above=True)
+    assert not nan.passed and nan.record()["value"] is None  # a value the data cannot give fails, and is JSON
+
+
+def test_the_unigram_loss_is_finite_for_every_label_unk_included():
+    logp = unigram_log_probs(np.array([0, 5, 0, 0, 90, 3]))  # [PAD] [UNK] [CLS] [SEP] x y: [UNK] can be a label
+    assert np.isfinite(logp).all() and np.exp(logp).sum() == pytest.approx(1) and logp.argmax() == 4
 
 
 # --------------------------------------------------------------------------- learnable vs broken
@@ -122,7 +129,7 @@ def _trained(shuffle: bool, tmp_path) -> tuple[list[Gate], Gate]:
     scores = evaluate_mlm(model.mlm, ids, offsets, lang="x", seed=0, mask_token_id=MASK, masked_lm_prob=0.15,
                           max_predictions=3, device=torch.device("cpu"), positions=True)
     at = scores["positions"]
-    gates, _ = mlm_gates(at["losses"], at["correct"], at["labels"], at["rows"], unigram_log_probs(counts, SPECIALS))
+    gates, _ = mlm_gates(at["losses"], at["correct"], at["labels"], at["rows"], unigram_log_probs(counts))
     return gates, collapse_gate(*token_state_sums(model.mlm.bert, ids, offsets, torch.device("cpu")))
 
 

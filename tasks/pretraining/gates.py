@@ -60,8 +60,9 @@ class Gate:
         return bool(self.low > self.threshold) if self.above else bool(self.high < self.threshold)
 
     def record(self) -> dict:
-        """Plain values for a metrics file, ``passed`` included."""
-        return {**asdict(self), "passed": self.passed}
+        """Plain values for a metrics file, ``passed`` included (NaN, a value the data cannot give, as None)."""
+        return {**{k: None if isinstance(v, float) and np.isnan(v) else v for k, v in asdict(self).items()},
+                "passed": self.passed}
 
 
 def clustered_mean(values: np.ndarray, clusters: np.ndarray) -> tuple[float, float]:
@@ -85,12 +86,12 @@ def _difference_gate(name: str, difference: np.ndarray, clusters: np.ndarray, va
     return Gate(name, value, reference + mean - Z * se, reference + mean + Z * se, threshold, above)
 
 
-def unigram_log_probs(token_counts: np.ndarray, special_ids: list[int]) -> np.ndarray:
-    """``float64 [V]`` log-probabilities of the corpus's unigram distribution (counts of each token
-    id in the pretraining corpus, add-½ smoothed, special tokens excluded: never a masked label)."""
+def unigram_log_probs(token_counts: np.ndarray) -> np.ndarray:
+    """``float64 [V]`` log-probabilities of the corpus's unigram distribution: the counts of each
+    token id in the pretraining corpus, add-½ smoothed (every token, [UNK] included, keeps a
+    finite loss; the ones a mask never chooses, [CLS], [SEP], [PAD], [MASK], do not occur in it)."""
     counts = np.asarray(token_counts, dtype=np.float64) + 0.5
-    counts[list(special_ids)] = 0.0
-    return np.log(counts / counts.sum(), where=counts > 0, out=np.full(len(counts), -np.inf))
+    return np.log(counts / counts.sum())
 
 
 def mlm_gates(losses: np.ndarray, correct: np.ndarray, labels: np.ndarray, rows: np.ndarray,

@@ -212,14 +212,14 @@ def heldout_text(task: str, tokenizer: PreTrainedTokenizerBase, max_seq_length: 
     return ids[:offsets[n]], offsets[:n + 1]
 
 
-def corpus_unigram(tokens: Path, vocab_size: int, special_ids: list[int]) -> np.ndarray:
+def corpus_unigram(tokens: Path, vocab_size: int) -> np.ndarray:
     """:func:`tasks.pretraining.gates.unigram_log_probs` of the token ids of the pretraining corpus
     (``data/tokens/sentences.parquet``, column ``input_ids``), read in row groups."""
     counts = np.zeros(vocab_size, dtype=np.int64)
     for batch in pq.ParquetFile(tokens).iter_batches(columns=["input_ids"]):
         values = np.asarray(batch.column(0).values)
         counts += np.bincount(values, minlength=vocab_size)[:vocab_size]
-    return unigram_log_probs(counts, special_ids)
+    return unigram_log_probs(counts)
 
 
 def heldout_point(folder: Path, measure: str | None, ids: np.ndarray, offsets: np.ndarray, unigram: np.ndarray,

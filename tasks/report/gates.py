@@ -75,12 +75,12 @@ def gates_table(metrics: Path, objectives: list[str], seeds: list[int]) -> str |
             continue
         for gate in curves[0][-1][1]:
             ends = [next(g for g in run[-1][1] if g.name == gate.name) for run in curves]
-            values = np.array([g.value for g in ends])
+            values = np.array([np.nan if g.value is None else g.value for g in ends], dtype=float)
             if len(ends) > 1:
                 half = stats.t.ppf(0.975, len(ends) - 1) * values.std(ddof=1) / np.sqrt(len(ends))
                 low, high = values.mean() - half, values.mean() + half
             else:
-                low, high = ends[0].low, ends[0].high
+                low, high = (np.nan if v is None else v for v in (ends[0].low, ends[0].high))
             rows.append([objective, gate.name, f"{fmt(float(values.mean()), 3)} [{fmt(float(low), 3)}, "
                                                f"{fmt(float(high), 3)}]",
                          f"{'>' if gate.above else '<'} {fmt(gate.threshold, 3)}",

@@ -67,10 +67,11 @@ class GateResult(Record):
     """One gate of :mod:`tasks.pretraining.gates`: did the model beat the trivial solution of its objective?"""
 
     name: str
-    value: float
-    low: float
+    value: float | None
+    """Null when the data cannot give it (e.g. an AUC without a replaced token): the gate fails."""
+    low: float | None
     """95% interval of ``value`` (see the gate's module for how it is computed)."""
-    high: float
+    high: float | None
     threshold: float
     above: bool
     """The gate wants the value above the threshold (else below)."""
