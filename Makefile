@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(abspath $(VENV))/bin
 export PATH := $(BIN):$(PATH)
 
-.PHONY: setup repro compare study test bench gpu-check pipeline clean-venv
+.PHONY: setup repro pull compare study test bench gpu-check pipeline clean-venv
 
 setup: $(VENV)/.installed
 
@@ -21,9 +21,16 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[test]"
 	touch $@
 
-# One local Prefect server for all stages (each would otherwise start its own).
+# One local Prefect server for all stages (each would otherwise start its own); then the run's
+# artifacts go to the default DVC remote (.dvc/config: a folder beside the checkout), so that
+# another clone gets them with `make pull` instead of recomputing them.
 repro: setup
 	python -m tasks.orchestration.prefect_server dvc repro
+	dvc push --run-cache
+
+# The committed run's artifacts from the DVC remote (data, models, predictions; no stage reruns).
+pull: setup
+	dvc pull --run-cache
 
 # Two workers: the two end-to-end modules (tests/e2e), each its own repository, run side by side.
 test: setup
@@ -37,8 +44,9 @@ compare: setup
 # The default run with 5 pretraining seeds of mlm, wwm, mac, electra and random init (one dvc experiment
 # in a temporary workspace; its wall time is in reports/study/study.json); its report, metrics and the
 # MDE planner's plan land in reports/study/ (docs/statistics.md).
+# WORKERS=N: one unit of work per pretraining seed through DVC's experiment queue, N at once.
 study: setup
-	python -m tasks.orchestration.prefect_server python -m tasks.orchestration.study study
+	python -m tasks.orchestration.prefect_server python -m tasks.orchestration.study study --workers $(or $(WORKERS),1)
 
 bench: setup
 	python benchmarks/pretraining_data.py

@@ -12,7 +12,7 @@ from prefect import flow, get_run_logger
 from transformers import AutoTokenizer
 
 from tasks.core import paths
-from tasks.core.io import atomic_outputs, write_json
+from tasks.core.io import atomic_outputs
 from tasks.core.metrics.base import write_metrics
 from tasks.core.metrics.pretraining import SweepMetrics
 from tasks.core.params import load_params
@@ -21,9 +21,9 @@ from tasks.pretraining.checkpoint import checkpoint_fingerprint
 from tasks.pretraining.examples import PretrainingExamples, objective_masker
 from tasks.pretraining.heldout import heldout_text
 from tasks.pretraining.masking import masking_config
-from tasks.pretraining.modeling import pretraining_model
+from tasks.pretraining.modeling import pretraining_model, resolve_init_from
 from tasks.pretraining.pretraining_data import read_shards
-from tasks.pretraining.sweep import choose, run_setting
+from tasks.pretraining.sweep import choose, run_setting, write_choice
 from tasks.training.device import resolve_device
 
 
@@ -35,6 +35,7 @@ def sweep(objective: str) -> None:
     name = paths.seeded(objective, seed)
     data = PretrainingExamples.from_table(read_shards(paths.PRETRAINING / name),
                                           objective_masker(objective, spec, masking, seed, tokenizer, paths.LEXICON))
+    init_folder = resolve_init_from(params.pretrain.init_from, params)  # as pretrain starts: None is random init
     device = resolve_device(params.pretrain.device, "pretrain.device")
     heldout = heldout_text(params.curves.heldout_task, tokenizer, params.pretraining_data.max_seq_length,
                            params.curves.heldout_sequences, split="dev")
@@ -45,16 +46,18 @@ def sweep(objective: str) -> None:
     for setting, overrides in cfg.settings.items():
         recipe = params.pretrain_for(objective, overrides)
         results[setting] = run_setting(
-            partial(pretraining_model, params, spec, masking, tokenizer, seed), data, recipe, cfg.fraction, seed=seed,
-            device=device, checkpoint=paths.CHECKPOINTS / "sweep" / objective / f"{setting}.pt",
-            fingerprint=checkpoint_fingerprint("sweep", objective, setting, params.model, recipe.model_dump(mode="json"),
-                                               spec, cfg.fraction, data=[paths.PRETRAINING / name, paths.TOKENIZER]),
+            partial(pretraining_model, params, spec, masking, tokenizer, seed, init_folder), data, recipe, cfg.fraction,
+            seed=seed, device=device, checkpoint=paths.CHECKPOINTS / "sweep" / objective / f"{setting}.pt",
+            fingerprint=checkpoint_fingerprint(
+                "sweep", objective, setting, params.model, recipe.model_dump(mode="json", exclude={"seeds", "snapshots"}),
+                spec, params.pretraining_data, cfg.fraction,
+                data=[paths.PRETRAINING / name, paths.TOKENIZER, *([init_folder] if init_folder else [])]),
             equal_flops=spec.budget == "mlm_flops", heldout=heldout, masks=masks, log=logger.info)
         logger.info(f"sweep {objective}, {setting} {overrides}: {results[setting]}")
     chosen = choose(results)
     logger.info(f"sweep {objective}: {chosen} chosen")
     with atomic_outputs(paths.RECIPES / f"{objective}.json", paths.stage_metrics("sweep", objective)) as (made, out):
-        write_json(made, {"chosen": chosen, "overrides": cfg.settings[chosen]})
+        write_choice(made, chosen, cfg.settings[chosen])
         write_metrics(out, SweepMetrics(
             objective=objective, seed=seed, fraction=cfg.fraction, heldout_task=params.curves.heldout_task,
             split="dev", chosen=chosen, wall_sec=round(time.perf_counter() - t0, 2),

@@ -141,3 +141,21 @@ def test_only_the_report_depends_on_metrics():
     on_metrics = {name for name, stage in stages.items()
                   for dep in stage.get("do", stage).get("deps", []) if str(dep).split("/")[0] == "metrics"}
     assert on_metrics == {"report"}
+
+
+def test_every_lock_entry_and_tracked_metrics_file_belongs_to_a_stage_of_dvc_yaml():
+    """Nothing dead: each entry of dvc.lock is a stage dvc.yaml declares under the committed params, and
+    each file git tracks under metrics/ is a metric or plot of one (a newcomer reading metrics/ sees
+    one run, the current one)."""
+    import subprocess
+
+    from dvc.repo import Repo
+
+    with Repo(str(ROOT)) as repo:
+        stages = {s.addressing: s for s in repo.index.stages}
+    lock = yaml.safe_load((ROOT / "dvc.lock").read_text(encoding="utf-8"))["stages"]
+    assert sorted(set(lock) - set(stages)) == []
+    declared = {str(out.fs_path).removeprefix(str(ROOT) + "/") for s in stages.values() for out in s.outs}
+    tracked = subprocess.run(["git", "ls-files", "metrics"], cwd=ROOT, capture_output=True, text=True,
+                             check=True).stdout.split()
+    assert sorted(set(tracked) - declared) == []

@@ -45,7 +45,8 @@ def write(tmp_path, data) -> Path:
 def test_default_preset_is_todays_tiny_model():
     assert load_params(ROOT / "params.yaml").model == ModelSize(
         hidden_size=128, num_hidden_layers=2, num_attention_heads=2, intermediate_size=512, hidden_dropout_prob=0.0,
-        attention_probs_dropout_prob=0.0, sinusoidal_position_amplitude=0.03)
+        attention_probs_dropout_prob=0.0, sinusoidal_position_amplitude=0.1, local_attention_layers=2,
+        local_attention_strength=3.0)
 
 
 def test_bert_base_preset(tmp_path, raw):
@@ -54,7 +55,7 @@ def test_bert_base_preset(tmp_path, raw):
     assert (size.num_hidden_layers, size.hidden_size, size.num_attention_heads, size.intermediate_size) == \
         (12, 768, 12, 3072)
     assert size.hidden_dropout_prob == size.attention_probs_dropout_prob == 0.1
-    assert size.sinusoidal_position_amplitude == 0  # BERT's normal init
+    assert size.sinusoidal_position_amplitude == 0 and size.local_attention_layers == 0  # BERT's normal init
 
 
 def test_keys_beside_the_preset_override_it(tmp_path, raw):

@@ -49,3 +49,10 @@ def test_the_study_refuses_uncommitted_changes_and_leaves_them(tmp_path, monkeyp
     assert (tmp_path / "params.yaml").read_text(encoding="utf-8") == "seed: 2\n"  # the edit is kept
     assert study.main(["study", "--queue"]) == 2 and not (tmp_path / "reports").exists()
     assert json.loads(json.dumps(study.STUDIES["study"]))["compare"] == "[mlm,wwm,mac,electra]"
+
+
+def test_a_study_is_cut_into_one_unit_per_pretraining_seed_the_sweeps_seed_first():
+    params = {"compare": "[mlm,wwm]", "pretrain.seeds": "[43,42,44]", "curves.tasks": "[msra_ner]"}
+    cut = study.units(params, sweep_seed=42)
+    assert [u["pretrain.seeds"] for u in cut] == ["[42]", "[42,43]", "[42,44]"]
+    assert all(u["compare"] == "[mlm,wwm]" and u["curves.tasks"] == "[msra_ner]" for u in cut)

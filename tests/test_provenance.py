@@ -43,11 +43,18 @@ def test_run_scores_are_judged_by_their_interval(monkeypatch, now_dev, verdict):
 
 
 def test_mrc_percentages_compare_as_fractions(monkeypatch):
-    committed = finetune((70.0, 74.0), (70.0,), "mrc", "f1")  # as committed: CMRC percentages
+    committed = finetune((70.0, 72.0, 74.0), (70.0,), "mrc", "f1")  # as committed: CMRC percentages
     monkeypatch.setattr(provenance, "previous_metrics", lambda path, rev="HEAD": committed)
-    now = finetune((0.71, 0.75), (0.7,), "mrc", "f1")
+    now = finetune((0.71, 0.73, 0.75), (0.7,), "mrc", "f1")
     row = provenance.changes_section({("wwm", "msra_mrc"): now}).splitlines()[2]
     assert "| 72.00 | 73.00 | +1.00 [" in row and row.endswith("| within noise |")
+
+
+def test_two_runs_a_side_are_too_few_for_a_verdict(monkeypatch):
+    """Two runs a side give a t interval on 2 degrees of freedom at most: reported, not judged."""
+    monkeypatch.setattr(provenance, "previous_metrics", lambda path, rev="HEAD": finetune((0.70, 0.74), (0.7,)))
+    row = provenance.changes_section({("mlm", "sentiment"): finetune((0.71, 0.75), (0.7,))}).splitlines()[2]
+    assert "+1.00 [" in row and row.endswith("| too few replicates |")
 
 
 def test_nothing_committed_gives_no_table(monkeypatch):

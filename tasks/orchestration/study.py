@@ -13,10 +13,22 @@ holds the experiment's ``report.md``, ``report.html``, ``figures/``, ``variance.
 name, params, wall time, the stages that ran) and the MDE planner's ``plan.md`` for a 1-point MDE
 (:mod:`tasks.report.planner`). If the experiment fails, ``reports/<which>/`` is left as it was.
 
+**Several workers** (``--workers N``, ``make study WORKERS=N``): the study is cut into units of
+independent work, one per pretraining seed (every compared objective's data, pretraining, curves and
+fine-tunings for that seed), each a DVC experiment of its own run by DVC's experiment queue
+(``dvc exp run --queue``, ``dvc queue start --jobs N``: each in a temporary workspace, all sharing
+the cache). The unit of ``sweep.seed`` runs first, alone, since every unit's sweeps train on its
+data; the others then run ``N`` at once. Each stage a unit ran is in DVC's run cache, so the final
+experiment with every seed (the one the report comes from) finds every stage done and runs only
+the report. A unit killed mid-stage leaves only its temporary workspace; rerunning the study queues
+it again and it takes what it finished from the run cache. On several machines the run cache
+travels through the DVC remote (``dvc push --run-cache`` / ``dvc pull --run-cache``):
+docs/running.md.
+
 Usage::
 
-    python -m tasks.orchestration.prefect_server python -m tasks.orchestration.study study    # make study
-    python -m tasks.orchestration.prefect_server python -m tasks.orchestration.study compare  # make compare
+    python -m tasks.orchestration.prefect_server python -m tasks.orchestration.study study [--workers N]
+    python -m tasks.orchestration.prefect_server python -m tasks.orchestration.study compare
 """
 
 from __future__ import annotations
@@ -77,8 +89,48 @@ def copy_experiment(name: str, out: Path) -> None:
         fs.get(path, str(out / Path(path).name), recursive=fs.isdir(path))
 
 
+def units(params: dict, sweep_seed: int) -> list[dict]:
+    """The study's params cut into one set per pretraining seed (``sweep.seed``'s first, since the others'
+    sweeps train on its data; each other unit keeps it among its seeds, which the run cache then serves)."""
+    seeds = [int(x) for x in params["pretrain.seeds"].strip("[]").split(",")]
+    ordered = [sweep_seed] + [s for s in seeds if s != sweep_seed]
+    return [{**params, "pretrain.seeds": f"[{sweep_seed}]" if s == sweep_seed else f"[{sweep_seed},{s}]"}
+            for s in ordered]
+
+
+def _flags(params: dict) -> list[str]:
+    return [a for k, v in params.items() for a in ("-S", f"{k}={v}")]
+
+
+def run_units(name: str, params: dict, workers: int, log) -> str:
+    """Run :func:`units` through DVC's experiment queue, ``workers`` at once (the first alone); the
+    output of the runs. Raises SystemExit when a unit failed (naming it and where its log is)."""
+    first, *rest = units(params, load_params().sweep.seed)
+    out = _run(["dvc", "exp", "run", "--temp", "--name", f"{name}-unit-1", *_flags(first)], log)
+    for i, unit in enumerate(rest, start=2):
+        _run(["dvc", "exp", "run", "--queue", "--name", f"{name}-unit-{i}", *_flags(unit)], log)
+    _run(["dvc", "queue", "start", "--jobs", str(workers)], log)
+    while True:
+        status = subprocess.run(["dvc", "queue", "status"], capture_output=True, text=True).stdout
+        if not re.search(r"\b(Queued|Running)\b", status):
+            break
+        time.sleep(10)
+    failed = [line.split()[1] for line in status.splitlines() if " Failed" in line and f"{name}-unit-" in line]
+    if failed:
+        print(f"study: unit(s) {', '.join(failed)} failed: `dvc queue logs <name>` says why; rerun the study to "
+              "finish them (what they finished is in the run cache)", file=sys.stderr)
+        raise SystemExit(1)
+    return out + "".join(subprocess.run(["dvc", "queue", "logs", f"{name}-unit-{i}"], capture_output=True,
+                                        text=True).stdout for i in range(2, len(rest) + 2))
+
+
 def main(argv: list[str]) -> int:
     which = argv.pop(0) if argv and argv[0] in STUDIES else "study"
+    workers = 1
+    if "--workers" in argv:
+        at = argv.index("--workers")
+        workers = int(argv[at + 1])
+        del argv[at:at + 2]
     if any(a in ("--queue", "--temp", "-n", "--name") for a in argv):
         print("study: it names and runs its own experiment (--temp); run `dvc exp run --queue` yourself for other "
               "experiments", file=sys.stderr)
@@ -90,14 +142,14 @@ def main(argv: list[str]) -> int:
         return 2
     name, out_dir = time.strftime(f"{which}-%Y%m%d-%H%M%S"), paths.REPORTS / which
     params = {k: v() if callable(v) else v for k, v in STUDIES[which].items()}
-    overrides = [a for k, v in params.items() for a in ("-S", f"{k}={v}")]
     t0 = time.time()
-    out = _run(["dvc", "exp", "run", "--temp", "--name", name, *overrides, *argv], sys.stdout)
+    out = run_units(name, params, workers, sys.stdout) if workers > 1 and "pretrain.seeds" in params else ""
+    out += _run(["dvc", "exp", "run", "--temp", "--name", name, *_flags(params), *argv], sys.stdout)
     wall = time.time() - t0
     with atomic_outputs(out_dir) as (folder,):
         copy_experiment(name, folder)
         (folder / "study.json").write_text(to_json({
-            "experiment": name, "params": params, "wall_sec": round(wall, 1),
+            "experiment": name, "params": params, "workers": workers, "wall_sec": round(wall, 1),
             "stages_run": sorted(set(re.findall(r"Running stage '([^']+)'", out)))}), encoding="utf-8")
     plan([str(out_dir), "--target", "1.0"])
     print(f"{which}: {wall / 3600:.2f} h; experiment {name} (dvc exp show; dvc exp push <remote> {name}); report, "

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from tasks.core.errors import SourceError
-from tasks.core.io import read_json
+from tasks.core.io import read_json, write_json
 from tasks.core.params import Pretrain
 from tasks.pretraining.gates import rtd_gates
 from tasks.pretraining.heldout import evaluate_mlm, evaluate_rtd
@@ -62,6 +62,12 @@ def choose(results: dict[str, dict]) -> str:
     """The setting with the best score (the first on a tie; the first if none has a score)."""
     scored = [(r["score"], -i, name) for i, (name, r) in enumerate(results.items()) if r["score"] is not None]
     return max(scored)[2] if scored else next(iter(results))
+
+
+def write_choice(path: Path, chosen: str, overrides: dict) -> None:
+    """The sweep's choice for :func:`recipe`: the setting's name and its overrides, nothing that varies
+    from run to run."""
+    write_json(path, {"chosen": chosen, "overrides": overrides})
 
 
 def recipe(params, objective: str, choice: Path) -> tuple[Pretrain, str]:

@@ -28,7 +28,9 @@ import numpy as np
 
 from tasks.core.io import read_json, write_json_atomic
 from tasks.core.errors import PipelineError
-from tasks.report.common import table
+from tasks.core.metrics.downstream import DownstreamMetrics, FinetuneMetrics
+from tasks.core.metrics.pretraining import PretrainMetrics
+from tasks.report.common import load_metrics, table
 from tasks.report.statistics import Decomposition
 
 GPU_CHECK = Path("benchmarks/results/gpu_check.json")
@@ -39,17 +41,18 @@ def costs(study: Path) -> dict:
     """Measured cost of the study's runs: mean minutes of a pretraining, of a fine-tuning run per task
     (one fine-tuning seed), model FLOPs of a pretraining, and the full test size per task."""
     metrics = study / "metrics"
-    pretrain = [read_json(p) for p in sorted((metrics / "pretrain").glob("*.json"))]
+    pretrain = [load_metrics(p, PretrainMetrics) for p in sorted((metrics / "pretrain").glob("*.json"))]
     if not pretrain:
         raise PipelineError(f"{metrics / 'pretrain'} holds no pretraining metrics: is {study} a study folder?")
     finetune: dict[str, list[float]] = {}
     for path in sorted((metrics / "finetune").glob("*.json")):
-        run = read_json(path)
-        if "@" not in run["model"]:  # snapshots aside
-            finetune.setdefault(run["task"], []).append(run["wall_sec"] / max(len(run["seeds"]), 1))
-    tests = {p.stem: read_json(p)["rows"]["test"] for p in sorted((metrics / "downstream").glob("*.json"))}
-    return {"pretrain_min": float(np.mean([r["wall_sec"] for r in pretrain])) / 60,
-            "pretrain_flops": float(np.mean([r.get("flops") or np.nan for r in pretrain])),
+        run = load_metrics(path, FinetuneMetrics)
+        if "@" not in run.model:  # snapshots aside
+            finetune.setdefault(run.task, []).append(run.wall_sec / max(len(run.seeds), 1))
+    tests = {p.stem: load_metrics(p, DownstreamMetrics).rows["test"]
+             for p in sorted((metrics / "downstream").glob("*.json"))}
+    return {"pretrain_min": float(np.mean([r.wall_sec for r in pretrain])) / 60,
+            "pretrain_flops": float(np.mean([r.flops or np.nan for r in pretrain])),
             "finetune_min": {t: float(np.mean(v)) / 60 for t, v in finetune.items()}, "test_examples": tests}
 
 

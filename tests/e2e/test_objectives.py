@@ -75,13 +75,13 @@ def test_every_objective_is_pretrained_finetuned_and_compared(repo, monkeypatch)
 
 
 def test_adding_an_objective_reruns_only_its_stages(repo, monkeypatch):
-    """DVC's granularity: the new objective's data, pretraining, curve and fine-tuning; no data
-    stage, no other objective."""
+    """DVC's granularity: the new objective's data, recipe sweep, pretraining, curve and fine-tuning;
+    no data stage, no other objective."""
     repo, env, _ = repo
     params = yaml.safe_load((repo / "params.yaml").read_text())
     params["compare"].append(ADDED)
     write_params(repo, params)
     out = run(["dvc", "repro", *STAGES], repo, env)
-    assert ran_stages(out) == {f"pretraining_data@{ADDED}-42", f"pretrain@{ADDED}-42", f"curves@{ADDED}-42",
-                               f"finetune@{ADDED}-42-sentiment"}
+    assert ran_stages(out) == {f"pretraining_data@{ADDED}-42", f"sweep@{ADDED}", f"pretrain@{ADDED}-42",
+                               f"curves@{ADDED}-42", f"finetune@{ADDED}-42-sentiment"}
     assert f"| {ADDED} |" in comparison(repo, monkeypatch)
