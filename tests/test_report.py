@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tasks.core.metrics.base import read_metrics
+from tasks.core.metrics.base import read_metrics, write_metrics
 from tasks.core.metrics.compression import PruneMetrics
 from tasks.core.metrics.downstream import FinetuneMetrics, SeedSummary
 from tasks.core.params import Objective, Params
@@ -64,11 +64,32 @@ def test_mrc_percentages_become_fractions():
     assert as_fractions(result("ner", "f1", [0.2])).dev["f1"].max == 0.2
 
 
-def simulated(seeds: list[int], shift: float, rng: np.random.Generator) -> Outcomes:
-    """Accuracy outcomes (percent) of a procedure with ``shift`` on the logit scale: 3 pretraining
-    seeds x 2 fine-tuning seeds x 400 shared examples (the same examples: ``rng`` is reseeded)."""
-    a, _ = Design(seeds=len(seeds), finetune_seeds=2, examples=400).draw(rng, effect=shift)
-    return Outcomes(a.counts, mean_of(scale=100.0), tuple(seeds), (1, 2))
+def simulated(seeds: list[int], shift: float, rng: np.random.Generator, finetune_seeds: int = 2) -> Outcomes:
+    """Accuracy outcomes (percent) of a procedure with ``shift`` on the logit scale: the pretraining
+    seeds x ``finetune_seeds`` x 400 shared examples (the same examples: ``rng`` is reseeded)."""
+    a, _ = Design(seeds=len(seeds), finetune_seeds=finetune_seeds, examples=400).draw(rng, effect=shift)
+    return Outcomes(a.counts, mean_of(scale=100.0), tuple(seeds), tuple(range(1, finetune_seeds + 1)))
+
+
+def learned(metrics: Path, *models: str) -> Path:
+    """``metrics`` with a held-out curve for each of ``models`` (``<objective>-<seed>``) whose end passed
+    its gates, as stage ``curves`` writes it: the models are comparable."""
+    gate = {"name": "accuracy above the top token's", "value": 0.27, "low": 0.26, "high": 0.28, "threshold": 0.04,
+            "above": True, "passed": True}
+    for model in models:
+        objective, seed = model.rsplit("-", 1)
+        (metrics / "curves").mkdir(parents=True, exist_ok=True)
+        (metrics / "curves" / f"{model}.json").write_text(json.dumps(
+            {"objective": objective, "seed": int(seed), "heldout_task": "msra_ner", "sequences": 10, "measure": "mlm",
+             "predictions": 100, "points": [{"fraction": 1.0, "loss": 4.5, "accuracy": 0.27, "gates": [gate]}]}))
+    return metrics
+
+
+def ner_runs(metrics: Path, model: str, f1s: list[float]) -> None:
+    """A fine-tuning metrics file of ``model`` on msra_ner whose runs scored ``f1s`` (dev and test)."""
+    done = result("ner", "f1", f1s).model_copy(update={"model": model, "task": "msra_ner"})
+    (metrics / "finetune").mkdir(parents=True, exist_ok=True)
+    write_metrics(metrics / "finetune" / f"{model}-msra_ner.json", done)
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +105,8 @@ def test_findings_judge_each_claim_by_its_interval_and_say_what_did_not_run(seed
                 ("random", "sentiment"): simulated(seeds, 0.0, np.random.default_rng(0)),
                 ("mlm", "msra_ner"): simulated(seeds, 0.0, np.random.default_rng(1)),
                 ("wwm", "msra_ner"): simulated(seeds, 0.0, np.random.default_rng(1))}  # the very same runs
-    rows = {(r[0], r[2]): r for r in findings_rows(seeded_params, outcomes, tmp_path)}
+    metrics = learned(tmp_path, *(f"{o}-{s}" for o in ("mlm", "wwm") for s in seeds))
+    rows = {(r[0], r[2]): r for r in findings_rows(seeded_params, outcomes, metrics)}
     better = rows["pretraining beats random init", "sentiment"]
     low, high = map(float, better[3].split("[")[1].rstrip("]").split(", "))
     assert 0 < low < float(better[3].split()[0]) < high and better[-1] == "agrees"
@@ -96,16 +118,47 @@ def test_findings_judge_each_claim_by_its_interval_and_say_what_did_not_run(seed
         "not run: add mac and mac_random_replace to compare"
     assert rows["replaced-token detection beats MLM at equal compute", "-"][-1] == "not run: add electra to compare"
     assert rows["resampling helps the small languages", "-"][-1].startswith("not run")
-    md = findings_section(seeded_params, outcomes, tmp_path)
+    md = findings_section(seeded_params, outcomes, metrics)
     assert "3 pretraining seeds × 2 fine-tuning seeds" in md and "about these checkpoints" not in md
 
 
-def test_with_one_pretraining_seed_a_finding_is_about_the_checkpoint(params, tmp_path):
-    outcomes = {(p, "sentiment"): simulated([42], shift, np.random.default_rng(0))
+def test_a_finding_about_a_model_without_gates_or_one_that_failed_them_is_not_judged(seeded_params, tmp_path):
+    seeds = seeded_params.pretrain.seeds
+    outcomes = {(p, "sentiment"): simulated(seeds, shift, np.random.default_rng(0))
                 for p, shift in (("mlm", 1.5), ("random", 0.0))}
-    [row] = [r for r in findings_rows(params, outcomes, tmp_path) if r[2] == "sentiment"]
+    row = lambda: [r for r in findings_rows(seeded_params, outcomes, tmp_path) if r[2] == "sentiment"][0]  # noqa: E731
+    assert row()[-1] == "unchecked: mlm-42 has no gates (stage curves)"
+    learned(tmp_path, "mlm-42", "mlm-43", "mlm-44")
+    failed = json.loads((tmp_path / "curves" / "mlm-43.json").read_text())
+    failed["points"][0]["gates"][0].update(passed=False, low=0.01, value=0.02, high=0.03)
+    (tmp_path / "curves" / "mlm-43.json").write_text(json.dumps(failed))
+    assert row()[-1] == "invalid: mlm-43 did not learn its objective (accuracy above the top token's)"
+
+
+def test_a_side_whose_every_fine_tuning_run_scored_zero_did_not_learn_the_task(seeded_params, tmp_path):
+    """Random init tagging every token O (NER F1 0 in every run) is no baseline to beat."""
+    seeds = seeded_params.pretrain.seeds
+    outcomes = {(p, "msra_ner"): simulated(seeds, shift, np.random.default_rng(0))
+                for p, shift in (("mlm", 1.5), ("random", 0.0))}
+    metrics = learned(tmp_path, *(f"mlm-{s}" for s in seeds))
+    for s in seeds:
+        ner_runs(metrics, f"mlm-{s}", [0.4, 0.41])
+        ner_runs(metrics, f"random-{s}", [0.0, 0.0] if s == 44 else [0.2, 0.0])
+    [row] = [r for r in findings_rows(seeded_params, outcomes, metrics) if r[2] == "msra_ner"]
+    assert row[-1] == "invalid: random-44 did not learn msra_ner (f1 0 in every fine-tuning run)"
+    ner_runs(metrics, "random-44", [0.0, 0.1])  # one run found something: a score to compare
+    [row] = [r for r in findings_rows(seeded_params, outcomes, metrics) if r[2] == "msra_ner"]
+    assert row[-1] == "agrees"
+
+
+def test_with_one_pretraining_seed_a_finding_is_about_the_checkpoint(params, tmp_path):
+    """Its replicates are the fine-tuning seeds (3: enough for a verdict; 2 are too few)."""
+    outcomes = {(p, "sentiment"): simulated([42], shift, np.random.default_rng(0), finetune_seeds=3)
+                for p, shift in (("mlm", 1.5), ("random", 0.0))}
+    metrics = learned(tmp_path, "mlm-42")
+    [row] = [r for r in findings_rows(params, outcomes, metrics) if r[2] == "sentiment"]
     assert row[-1] == "agrees (about this checkpoint, not the procedure)"
-    assert "about these checkpoints, not the procedures" in findings_section(params, outcomes, tmp_path)
+    assert "about these checkpoints, not the procedures" in findings_section(params, outcomes, metrics)
 
 
 def test_comparison_table_and_variance_decomposition(seeded_params):

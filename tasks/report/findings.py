@@ -21,7 +21,7 @@ from tasks.core.metrics.downstream import FinetuneMetrics
 from tasks.core.metrics.multilingual import ContinuePretrainMetrics
 from tasks.core.paths import seeded
 from tasks.report.common import load_metrics, table
-from tasks.report.gates import invalid_reason
+from tasks.report.gates import finetune_failure, invalid_reason
 from tasks.report.outcomes import run_counts
 from tasks.report.statistics import Comparison, Outcomes, compare, decompose, from_runs, interval, paired_mde
 from tasks.report.templating import render_blocks
@@ -130,7 +130,8 @@ def findings_rows(params, outcomes: dict, metrics: Path) -> list[list[str]]:
         invalid = invalid_reason(metrics, procedures(params), (claim.a, claim.b))
         for t in ran:
             c = compare(outcomes[claim.a, t], outcomes[claim.b, t])
-            rows.append(_row(claim.finding, claim.source, t, c, _about(c), invalid))
+            failed = invalid or finetune_failure(metrics, procedures(params), (claim.a, claim.b), t)
+            rows.append(_row(claim.finding, claim.source, t, c, _about(c), failed))
     rows += _reference_rows(params, outcomes, metrics) + _cino_rows(params, metrics) + _distill_rows(params, metrics)
     return rows
 
@@ -143,8 +144,9 @@ def _reference_rows(params, outcomes: dict, metrics: Path) -> list[list[str]]:
         for t in params.finetune.tasks:
             if (PRETRAINING, t) in outcomes and (baseline, t) in outcomes:
                 c = compare(outcomes[PRETRAINING, t], outcomes[baseline, t])
+                failed = invalid or finetune_failure(metrics, procedures(params), (PRETRAINING, baseline), t)
                 rows.append([f"this run's {PRETRAINING} vs the published {baseline} (reference)", "-", t, _ci(c),
-                             f"{c.p_value:.3f}", f"{c.mde:.2f}", invalid or c.verdict])
+                             f"{c.p_value:.3f}", f"{c.mde:.2f}", failed or c.verdict])
     return rows
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 from scipy import stats
 
+from tasks.core.metrics.downstream import FinetuneMetrics
 from tasks.core.metrics.pretraining import CurvesMetrics, GateResult, PretrainMetrics
 from tasks.core.paths import seeded
 from tasks.report.common import fmt, load_metrics, table
@@ -51,6 +52,20 @@ def invalid_reason(metrics: Path, procedures: dict[str, dict], names: tuple[str,
                 return f"unchecked: {model} has no gates (stage curves)"
             if failed:
                 return f"invalid: {model} did not learn its objective ({failed[0]})"
+    return None
+
+
+def finetune_failure(metrics: Path, procedures: dict[str, dict], names: tuple[str, ...], task: str) -> str | None:
+    """Why a comparison of ``names`` on ``task`` is not valid on the fine-tuning side: the first model
+    of theirs whose every fine-tuning run scored 0 on the task's headline (an F1 of 0: the tagger or
+    reader found nothing right, e.g. every token tagged O), which is a run that did not learn the
+    task, not a score to compare (``invalid: <model> did not learn <task> (<headline> 0 in every
+    fine-tuning run)``); None when none did."""
+    for procedure in names:
+        for model in procedures.get(procedure, {}).values():
+            done = load_metrics(metrics / "finetune" / f"{model}-{task}.json", FinetuneMetrics)
+            if done is not None and done.runs and all(run.test[done.headline] == 0 for run in done.runs):
+                return f"invalid: {model} did not learn {task} ({done.headline} 0 in every fine-tuning run)"
     return None
 
 

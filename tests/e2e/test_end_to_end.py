@@ -47,7 +47,8 @@ def repo(tmp_path_factory, prefect_server):
 def test_every_stage_runs_and_produces_its_outputs(repo):
     repo, _, out = repo
     assert ran_stages(out) == set(DATA_STAGES) | FINETUNE_STAGES | MULTILINGUAL_STAGES | ANALYSIS_STAGES | \
-        COMPRESSION_STAGES | CURVES_STAGES | {"pretrain@mlm-42", f"pretrain@{SECOND}-42", "init_random@42", "report"}
+        COMPRESSION_STAGES | CURVES_STAGES | {"sweep@mlm", f"sweep@{SECOND}", "pretrain@mlm-42", f"pretrain@{SECOND}-42",
+                                               "init_random@42", "report"}
     for model in MODELS:
         assert (repo / "models" / model / "model.safetensors").is_file()
         assert (repo / "models" / model / "tokenizer.json").is_file()
