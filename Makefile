@@ -64,10 +64,12 @@ bench: setup
 	python benchmarks/summary.py
 
 # The bert-base preset for 300 steps on CUDA, next to Hugging Face's Trainer: tokens/s, MFU,
-# peak memory (benchmarks/results/gpu_check.json). Without a GPU it says so and exits 0.
+# peak memory (benchmarks/results/gpu_check.json); then the unpadded encoder's attention kernels
+# against the padded one (benchmarks/results/unpadded.json). Without a GPU each says so and exits 0.
 # Needs a CUDA build of torch in .venv; STEPS=500 for a longer run.
 gpu-check: setup
 	python benchmarks/gpu_check.py --steps $(or $(STEPS),300)
+	python benchmarks/unpadded.py
 
 # The same DAG as one Prefect flow (one task per stage, each a `dvc repro --single-item`), against
 # the shared local Prefect server; `python -m flows.pipeline serve` schedules it (docs/running.md).

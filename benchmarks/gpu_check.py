@@ -11,7 +11,9 @@ start-up and compilation are left out), MFU and peak CUDA memory; then the ratio
 * The pipeline side is :func:`tasks.pretraining.pretrain.train` (bf16 autocast, fused AdamW,
   predictions at the masked positions only, length-grouped batches padded to a multiple of 8)
   after :func:`tasks.pretraining.modeling.prepare_model` (TF32; ``--compile``,
-  ``--activation-checkpointing``). The HF side is what a Trainer user
+  ``--activation-checkpointing``), twice: padded, and unpadded (``pipeline_unpadded``: the encoder on
+  the real tokens only, attention per sequence on jagged tensors, :mod:`tasks.pretraining.unpadded`,
+  what ``pretrain`` does on CUDA). The HF side is what a Trainer user
   writes: ``bf16=True``, fused AdamW (Trainer's default), the same options, vocabulary logits at
   every position (``BertForMaskedLM.forward``) and labels -100 elsewhere; its batches are random
   (``group_by_length`` off, the default), so on the pipeline's data part of the ratio is padding.
@@ -53,6 +55,7 @@ from tasks.pretraining.examples import PretrainingExamples, objective_masker
 from tasks.pretraining.pretrain import train
 from tasks.pretraining.masking import masking_config
 from tasks.pretraining.pretraining_data import read_shards
+from tasks.pretraining.unpadded import unpad
 
 sys.path.insert(0, str(Path(__file__).parent))
 from results import RESULTS, write_results  # noqa: E402  (benchmarks/results.py)
@@ -112,8 +115,9 @@ def steady_rate(points: list[tuple[int, float]]) -> float:
     return (t1 - t0) / (s1 - s0) if s1 > s0 else float("nan")
 
 
-def run_pipeline(params, config, size, data, args, device) -> dict:
-    """The pipeline's loop on ``data``: steady tokens/s, peak memory (MiB), final loss."""
+def run_pipeline(params, config, size, data, args, device, unpadded: str | None = None) -> dict:
+    """The pipeline's loop on ``data``: steady tokens/s, peak memory (MiB), final loss; ``unpadded``:
+    the encoder on the real tokens only with this attention kernel (:func:`tasks.pretraining.unpadded.unpad`)."""
     mean = float(data.lengths.mean())
     log_every = max(1, args.steps // 10)
     cfg = params.pretrain.model_copy(update=dict(
@@ -122,11 +126,14 @@ def run_pipeline(params, config, size, data, args, device) -> dict:
         activation_checkpointing=args.activation_checkpointing))
     model = PretrainingModel(new_masked_lm(config, params.seed, size))
     prepare_model(model, cfg, device)
+    restore = unpad(model.hf.bert, unpadded) if unpadded else lambda: None
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     with tempfile.TemporaryDirectory() as tmp:
         summary = train.fn(model, data, cfg, seed=params.seed, device=device, checkpoint=Path(tmp) / "last.pt",
-                           fingerprint="gpu_check", log=lambda line: print(f"  pipeline: {line}"))
+                           fingerprint="gpu_check",
+                           log=lambda line: print(f"  pipeline{' unpadded' if unpadded else ''}: {line}"))
+    restore()  # the config is shared with the other sides
     rows = summary["rows"]
     return {"steps": summary["steps"], "tokens_per_sec": steady_rate([(r["tokens"], r["elapsed_sec"]) for r in rows]),
             "peak_memory_mb": _peak_mb(device), "final_loss": summary["final_loss"],
@@ -242,20 +249,24 @@ def main(argv: list[str] | None = None) -> int:
           f"data: {described}; mean length {mean_len:.1f} tokens")
 
     sides = {"pipeline": run_pipeline(params, config, size, data, args, device),
+             "pipeline_unpadded": run_pipeline(params, config, size, data, args, device, unpadded="jagged"),
              "hf_trainer": run_hf(params, config, data, args, device)}
     # the pipeline's model FLOPs (PretrainingModel.flops, the count of the pretrain metrics) for both sides
     fpt = sides["pipeline"].pop("flops_per_token")
+    sides["pipeline_unpadded"].pop("flops_per_token")
     print(f"model FLOPs per token: {fpt / 1e9:.3f} G (the pipeline's count of its step)")
     for side in sides.values():
         side["mfu"] = round(side["tokens_per_sec"] * fpt / peak, 4) if peak else None
         side["tokens_per_sec"] = round(side["tokens_per_sec"], 1)
-    print(f"{'':12} {'tokens/s':>12} {'MFU':>8} {'peak MiB':>10} {'final loss':>11}")
+    print(f"{'':18} {'tokens/s':>12} {'MFU':>8} {'peak MiB':>10} {'final loss':>11}")
     for name, s in sides.items():
         mfu = f"{s['mfu']:.1%}" if s["mfu"] is not None else "n/a"
         mem = f"{s['peak_memory_mb']:,.0f}" if s["peak_memory_mb"] is not None else "n/a"
-        print(f"{name:12} {s['tokens_per_sec']:>12,.0f} {mfu:>8} {mem:>10} {s['final_loss']:>11}")
+        print(f"{name:18} {s['tokens_per_sec']:>12,.0f} {mfu:>8} {mem:>10} {s['final_loss']:>11}")
     ratio = sides["pipeline"]["tokens_per_sec"] / sides["hf_trainer"]["tokens_per_sec"]
-    print(f"pipeline / HF Trainer tokens/s: x{ratio:.2f}" + ("" if math.isfinite(ratio) else " (too few steps)"))
+    unpadded = sides["pipeline_unpadded"]["tokens_per_sec"] / sides["hf_trainer"]["tokens_per_sec"]
+    print(f"pipeline / HF Trainer tokens/s: x{ratio:.2f}, unpadded x{unpadded:.2f}"
+          + ("" if math.isfinite(ratio) else " (too few steps)"))
     if device.type != "cuda":
         print("smoke run on CPU: figures not written")
         return 0
@@ -265,7 +276,8 @@ def main(argv: list[str] | None = None) -> int:
              + (", activation checkpointing" if args.activation_checkpointing else ""))
     runs = previous_runs(RESULTS / "gpu_check.json", gpu)
     runs[label] = {"steps": args.steps, "lr": args.lr, "data": described, "mean_length": round(mean_len, 1),
-                   "flops_per_token": fpt, **sides, "speedup_vs_hf": round(ratio, 3)}
+                   "flops_per_token": fpt, **sides, "speedup_vs_hf": round(ratio, 3),
+                   "unpadded_speedup_vs_hf": round(unpadded, 3)}
     write_results("gpu_check", {"peak_bf16_flops": peak}, dict(sorted(runs.items())))
     return 0
 
