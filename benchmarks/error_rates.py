@@ -35,7 +35,12 @@ def shares(design: Design, draws: int = 20) -> dict:
     """A design's mean variance shares of one run's score (:func:`tasks.report.statistics.decompose`)."""
     rng = np.random.default_rng(0)
     parts = [decompose(design.draw(rng)[0]).shares for _ in range(draws)]
-    return {k: round(float(np.nanmean([p[k] for p in parts])), 3) for k in parts[0]}
+    return {k: _finite(round(float(np.nanmean([p[k] for p in parts])), 3)) for k in parts[0]}
+
+
+def _finite(x: float) -> float | None:
+    """``x``, or None where the design gives no value (e.g. no MDE under 3 replicates): JSON has no NaN."""
+    return x if np.isfinite(x) else None
 
 
 def main() -> None:
@@ -57,11 +62,13 @@ def main() -> None:
             null = error_rates(design, fn, n, seed=1)
             known = error_rates(design, fn, n, effect=0.2, seed=2)
             rows[method] = {"false_positive_rate": null["rejected"], "coverage_under_no_effect": null["covered"],
-                            "coverage_under_an_effect": known["covered"], "median_mde_points": 100 * null["median_mde"],
+                            "coverage_under_an_effect": known["covered"],
+                            "median_mde_points": _finite(100 * null["median_mde"]),
                             "comparisons": n}
-        mde = rows["verdict rule (t interval)"]["median_mde_points"] / 100
-        power = error_rates(design, compare, args.comparisons, effect=effect_for(design, mde), seed=3)
-        rows["verdict rule (t interval)"]["power_at_the_mde"] = power["rejected"]
+        mde = rows["verdict rule (t interval)"]["median_mde_points"]
+        if mde is not None:  # realised power at the MDE the rule reports (none under too few replicates)
+            power = error_rates(design, compare, args.comparisons, effect=effect_for(design, mde / 100), seed=3)
+            rows["verdict rule (t interval)"]["power_at_the_mde"] = power["rejected"]
         figures[name] = {**rows, "variance_shares": shares(design)}
         print(f"{name} ({time.perf_counter() - t0:.0f} s):")
         for method, r in rows.items():

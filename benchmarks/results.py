@@ -1,10 +1,12 @@
 """Where ``make bench`` keeps its figures: ``benchmarks/results/<name>.json``, committed with
-the change they measure, with the machine they were taken on (timings compare only there)."""
+the change they measure, with the commit and the machine they were taken on (timings compare only
+on the same machine)."""
 
 from __future__ import annotations
 
 import os
 import platform
+import subprocess
 from pathlib import Path
 
 import torch
@@ -14,12 +16,26 @@ from tasks.core.io import write_json_atomic
 RESULTS = Path(__file__).parent / "results"
 
 
+def commit() -> str | None:
+    """The commit the figures were taken at (``-dirty``: with uncommitted changes to tracked files);
+    None outside a git checkout (e.g. the GPU machine's copy of the tree)."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True,
+                              check=True, cwd=Path(__file__).parent).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
+                               text=True, check=True, cwd=Path(__file__).parent).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return head + ("-dirty" if dirty else "")
+
+
 def machine() -> dict:
-    """The facts a timing depends on: CPU, cores, torch threads and version, accelerator."""
+    """The facts a timing depends on: CPU, cores, Python, torch threads and version, accelerator."""
     info = Path("/proc/cpuinfo")
     lines = info.read_text().splitlines() if info.exists() else []
     cpu = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), platform.processor())
-    return {"cpu": cpu, "cores": os.cpu_count(), "torch": torch.__version__, "threads": torch.get_num_threads(),
+    return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(), "torch": torch.__version__,
+            "threads": torch.get_num_threads(),
             "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None}
 
 
@@ -28,6 +44,7 @@ def write_results(name: str, settings: dict, figures: dict) -> Path:
     ``settings`` to ``benchmarks/results/<name>.json`` (atomically); returns the path."""
     RESULTS.mkdir(exist_ok=True)
     path = RESULTS / f"{name}.json"
-    write_json_atomic(path, {"benchmark": name, "machine": machine(), "settings": settings, "figures": figures})
+    write_json_atomic(path, {"benchmark": name, "commit": commit(), "machine": machine(), "settings": settings,
+                             "figures": figures})
     print(f"figures written to {path}")
     return path

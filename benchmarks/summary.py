@@ -77,7 +77,9 @@ def render() -> str:
         result = json.loads(path.read_text(encoding="utf-8"))
         name, machine = result["benchmark"], result["machine"]
         lines += [f"## {name}", "", _purpose(name), "",
-                  f"Machine: {machine.get('cpu')}, {machine.get('cores')} cores, torch {machine.get('torch')} "
+                  f"Commit: {result.get('commit') or 'not recorded'}. "
+                  f"Machine: {machine.get('cpu')}, {machine.get('cores')} cores, "
+                  + (f"Python {machine['python']}, " if machine.get("python") else "") + f"torch {machine.get('torch')} "
                   f"({machine.get('threads')} threads), GPU: {machine.get('gpu') or 'none'}. "
                   f"Settings: {', '.join(f'{k} {_cell(v)}' for k, v in result.get('settings', {}).items())}.", "",
                   *_table(result["figures"])]
