@@ -10,11 +10,12 @@
 #
 # Stages 2-3 run the flows themselves with params.yaml rewritten for the GPU (it is put back at
 # the end) and benchmarks/device/shim standing in for Prefect. Needs, beside the tracked tree:
-# data/pretraining/mlm-42, models/tokenizer, data/downstream and the wheels in .gpu/whl
+# data/pretraining/mlm-42, data/recipes (the sweep's choice pretrain reads), models/tokenizer,
+# data/downstream and the wheels in .gpu/whl
 # (benchmarks/device/wheels.sh: pydantic, seqeval, nltk and this repo's transformers, for
 # Python 3.12). On the device tool:
 #
-#   run(command="bash benchmarks/device/run.sh", carry=[".gpu", "data/pretraining/mlm-42",
+#   run(command="bash benchmarks/device/run.sh", carry=[".gpu", "data/pretraining/mlm-42", "data/recipes",
 #       "models/tokenizer", "data/downstream"])
 #
 # A smoke test on CPU (in a scratch copy of the repo: it rewrites params.yaml, models/mlm-42, metrics/):
