@@ -9,6 +9,7 @@ import pytest
 
 from tasks.report.planner import markdown, plan
 from tasks.report.statistics import Decomposition
+from tests.conftest import ROOT
 from tasks.orchestration import study
 
 COMPONENTS = {"pretraining_seed": 4.0, "finetuning_seed": 1.0, "test_sample": 6.0, "run_noise": 2.0, "examples": 1000,
@@ -56,3 +57,12 @@ def test_a_study_is_cut_into_one_unit_per_pretraining_seed_the_sweeps_seed_first
     cut = study.units(params, sweep_seed=42)
     assert [u["pretrain.seeds"] for u in cut] == ["[42]", "[42,43]", "[42,44]"]
     assert all(u["compare"] == "[mlm,wwm]" and u["curves.tasks"] == "[msra_ner]" for u in cut)
+
+
+def test_the_gpu_column_names_the_gpu_its_rate_was_measured_on():
+    from tasks.report.planner import GPU_CHECK, gpu_flops_per_sec
+
+    gpu, rate = gpu_flops_per_sec(ROOT / GPU_CHECK)
+    assert gpu and rate > 1e12
+    assert f"GPU hours ({gpu}, lower bound)" in markdown([], gpu)
+    assert gpu_flops_per_sec(ROOT / "no-such-file.json") == (None, None)

@@ -9,9 +9,9 @@ with ``S`` pretraining seeds, ``F`` fine-tuning seeds and ``N`` test examples is
 ``N₀`` examples; the examples' difficulty cancels in the pairing), with the noncentral-t MDE of its
 ``S − 1`` degrees of freedom. ``N`` can grow only up to the task's full test split. The cost of a
 comparison: ``2 S`` pretrainings and ``2 S F`` fine-tunings (per task), at the study's measured
-minutes on its machine; the GPU figure converts the pretraining FLOPs at the FLOPs rate measured on
-an H100 for bert-base (``benchmarks/results/gpu_check.json``), a lower bound, since a small model does
-not keep a GPU that busy.
+minutes on its machine; the GPU figure converts the pretraining FLOPs at the FLOPs rate measured for
+bert-base on the GPU that ``benchmarks/results/gpu_check.json`` names, a lower bound, since a small
+model does not keep a GPU that busy.
 
 Usage::
 
@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tasks.core.io import read_json, write_json_atomic
+from tasks.core.io import atomic_outputs, read_json, write_json
 from tasks.core.errors import PipelineError
 from tasks.core.metrics.downstream import DownstreamMetrics, FinetuneMetrics
 from tasks.core.metrics.pretraining import PretrainMetrics
@@ -56,14 +56,15 @@ def costs(study: Path) -> dict:
             "finetune_min": {t: float(np.mean(v)) / 60 for t, v in finetune.items()}, "test_examples": tests}
 
 
-def gpu_flops_per_sec(path: Path = GPU_CHECK) -> float | None:
-    """Model FLOPs per second the pipeline's loop reached on the measured GPU (bert-base), or None."""
+def gpu_flops_per_sec(path: Path = GPU_CHECK) -> tuple[str | None, float | None]:
+    """The measured GPU's name and the model FLOPs per second the pipeline's loop reached on it
+    (bert-base); ``(None, None)`` without a measurement."""
     if not path.is_file():
-        return None
-    figures = read_json(path)["figures"]
-    rates = [f["pipeline"]["tokens_per_sec"] * f["flops_per_token"] for name, f in figures.items()
+        return None, None
+    result = read_json(path)
+    rates = [f["pipeline"]["tokens_per_sec"] * f["flops_per_token"] for name, f in result["figures"].items()
              if "pipeline data" in name]
-    return max(rates) if rates else None
+    return (result["machine"].get("gpu"), max(rates)) if rates else (None, None)
 
 
 def plan(components: dict, cost: dict, target: float, gpu_rate: float | None) -> list[dict]:
@@ -95,11 +96,11 @@ def plan(components: dict, cost: dict, target: float, gpu_rate: float | None) ->
     return rows
 
 
-def markdown(rows: list[dict]) -> str:
+def markdown(rows: list[dict], gpu: str | None = None) -> str:
     def cell(v, digits=2):
         return "-" if v is None else f"{v:.{digits}f}" if isinstance(v, float) else str(v)
     return table(["task", "study design S x F x N", "MDE at it (full test)", "target", "design for the target S x F x N",
-                  "its MDE", "CPU hours (this machine)", "GPU hours (H100, lower bound)"],
+                  "its MDE", "CPU hours (this machine)", f"GPU hours ({gpu or 'no GPU measured'}, lower bound)"],
                  [[r["task"], " x ".join(map(str, r["study_design"])), cell(r["mde_study_design_full_test"]),
                    cell(r["target"]),
                    f"{r['seeds']} x {r['finetune_seeds']} x {r['test_examples']}" if r["seeds"] else
@@ -116,10 +117,12 @@ def main(argv: list[str]) -> int:
     if not variance.is_file():
         print(f"planner: {variance} is missing: run `make study` (its report stage writes it)", file=sys.stderr)
         return 2
-    rows = plan(read_json(variance), costs(args.study), args.target, gpu_flops_per_sec())
-    text = markdown(rows)
-    write_json_atomic(args.study / "plan.json", rows)
-    (args.study / "plan.md").write_text(text + "\n", encoding="utf-8")
+    gpu, rate = gpu_flops_per_sec()
+    rows = plan(read_json(variance), costs(args.study), args.target, rate)
+    text = markdown(rows, gpu)
+    with atomic_outputs(args.study / "plan.json", args.study / "plan.md") as (as_json, as_md):
+        write_json(as_json, rows)
+        as_md.write_text(text + "\n", encoding="utf-8")
     print(text)
     return 0
 
