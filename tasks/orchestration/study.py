@@ -27,7 +27,7 @@ docs/running.md.
 
 Usage::
 
-    python -m tasks.orchestration.prefect_server python -m tasks.orchestration.study study [--workers N]
+    python -m tasks.orchestration.prefect_server python -m tasks.orchestration.study study [--workers N] [-S key=value ...] [--out DIR]
     python -m tasks.orchestration.prefect_server python -m tasks.orchestration.study compare
 """
 
@@ -99,7 +99,7 @@ def units(params: dict, sweep_seed: int) -> list[dict]:
 
 
 def _flags(params: dict) -> list[str]:
-    return [a for k, v in params.items() for a in ("-S", f"{k}={v}")]
+    return [a for k, v in params.items() for a in ("-S", k if v is None else f"{k}={v}")]
 
 
 def run_units(name: str, params: dict, workers: int, log) -> str:
@@ -131,6 +131,17 @@ def main(argv: list[str]) -> int:
         at = argv.index("--workers")
         workers = int(argv[at + 1])
         del argv[at:at + 2]
+    out_dir = paths.REPORTS / which
+    if "--out" in argv:  # e.g. a reduced study's report, beside the committed one
+        at = argv.index("--out")
+        out_dir = Path(argv[at + 1])
+        del argv[at:at + 2]
+    overrides = {}  # -S key=value: the study's params changed (every unit gets them), e.g. a reduced study
+    while "-S" in argv:
+        at = argv.index("-S")
+        key, eq, value = argv[at + 1].partition("=")
+        overrides[key] = value if eq else None  # None: a bare override such as ~key (Hydra's deletion)
+        del argv[at:at + 2]
     if any(a in ("--queue", "--temp", "-n", "--name") for a in argv):
         print("study: it names and runs its own experiment (--temp); run `dvc exp run --queue` yourself for other "
               "experiments", file=sys.stderr)
@@ -140,8 +151,8 @@ def main(argv: list[str]) -> int:
         print(f"study: {len(dirty)} tracked file(s) have uncommitted changes ({', '.join(dirty[:5])}); commit or "
               "stash them first: the study's experiment would include them", file=sys.stderr)
         return 2
-    name, out_dir = time.strftime(f"{which}-%Y%m%d-%H%M%S"), paths.REPORTS / which
-    params = {k: v() if callable(v) else v for k, v in STUDIES[which].items()}
+    name = time.strftime(f"{which}-%Y%m%d-%H%M%S")
+    params = {**{k: v() if callable(v) else v for k, v in STUDIES[which].items()}, **overrides}
     t0 = time.time()
     out = run_units(name, params, workers, sys.stdout) if workers > 1 and "pretrain.seeds" in params else ""
     out += _run(["dvc", "exp", "run", "--temp", "--name", name, *_flags(params), *argv], sys.stdout)
