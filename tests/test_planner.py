@@ -52,6 +52,17 @@ def test_the_study_refuses_uncommitted_changes_and_leaves_them(tmp_path, monkeyp
     assert json.loads(json.dumps(study.STUDIES["study"]))["compare"] == "[mlm,wwm,mac,electra]"
 
 
+def test_a_study_with_invalid_overrides_is_refused_before_any_experiment(monkeypatch, capsys):
+    monkeypatch.setattr(study, "uncommitted", lambda: [])
+    monkeypatch.setattr(study, "_run", lambda *a: pytest.fail("an experiment ran"))
+    assert study.main(["study", "-S", "finetune.tasks=[sentiment]", "--out", "unused"]) == 2
+    err = capsys.readouterr().err
+    assert "ablation.task: 'msra_mrc' is not in finetune.tasks" in err and "-S finetune.tasks=[sentiment]" in err
+    reduced = {"finetune.tasks": "[sentiment]", "curves.tasks": "[]", "ablation.models": "[]", "compression.tasks": "[sentiment]",
+               "~sweep.settings.lr5e-4": None}
+    study.check_params({**study.STUDIES["study"], **reduced})  # a valid reduced study passes
+
+
 def test_a_study_is_cut_into_one_unit_per_pretraining_seed_the_sweeps_seed_first():
     params = {"compare": "[mlm,wwm]", "pretrain.seeds": "[43,42,44]", "curves.tasks": "[msra_ner]"}
     cut = study.units(params, sweep_seed=42)

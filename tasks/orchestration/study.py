@@ -34,14 +34,16 @@ Usage::
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 from tasks.core import paths
 from tasks.core.io import atomic_outputs, to_json
-from tasks.core.params import load_params
+from tasks.core.params import PARAMS_FILE, ParamsError, load_params
 from tasks.report.planner import main as plan
 
 STUDIES = {
@@ -102,6 +104,26 @@ def _flags(params: dict) -> list[str]:
     return [a for k, v in params.items() for a in ("-S", k if v is None else f"{k}={v}")]
 
 
+def check_params(params: dict) -> None:
+    """Validate ``params.yaml`` with the study's overrides applied (by DVC's own Hydra parser, on a copy), so
+    that bad params are refused before any experiment starts, not by the first stage that reads them.
+
+    Raises:
+        ParamsError: the overridden params are invalid (every offending key named).
+    """
+    from dvc.utils.hydra import apply_overrides
+
+    with tempfile.TemporaryDirectory() as tmp:
+        copy = Path(tmp) / "params.yaml"
+        shutil.copyfile(PARAMS_FILE, copy)
+        apply_overrides(copy, _flags(params)[1::2])
+        try:
+            load_params(copy)
+        except ParamsError as exc:
+            raise ParamsError(f"{str(exc).replace(str(copy), PARAMS_FILE)} (with the study's -S "
+                              f"{' -S '.join(_flags(params)[1::2])})") from None
+
+
 def run_units(name: str, params: dict, workers: int, log) -> str:
     """Run :func:`units` through DVC's experiment queue, ``workers`` at once (the first alone); the
     output of the runs. Raises SystemExit when a unit failed (naming it and where its log is)."""
@@ -153,6 +175,11 @@ def main(argv: list[str]) -> int:
         return 2
     name = time.strftime(f"{which}-%Y%m%d-%H%M%S")
     params = {**{k: v() if callable(v) else v for k, v in STUDIES[which].items()}, **overrides}
+    try:
+        check_params(params)
+    except ParamsError as exc:
+        print(f"study: {exc}", file=sys.stderr)
+        return 2
     t0 = time.time()
     out = run_units(name, params, workers, sys.stdout) if workers > 1 and "pretrain.seeds" in params else ""
     out += _run(["dvc", "exp", "run", "--temp", "--name", name, *_flags(params), *argv], sys.stdout)
