@@ -14,20 +14,25 @@ from __future__ import annotations
 import argparse
 import ast
 import json
+import subprocess
 import sys
 from pathlib import Path
 
 HERE = Path(__file__).parent
+ROOT = HERE.parent
+sys.path.insert(0, str(ROOT))
+from tasks.orchestration.code_deps import _imports, import_closure  # noqa: E402  (after the path)
 RESULTS = HERE / "results"
 README = HERE / "README.md"
 
 HEAD = """# Benchmarks
 
 Speed and memory, each measured against a peer in the same process (the Hugging Face way, a
-naive implementation or a library) and given as a ratio. `make bench` runs them all (about 40
-minutes on 2 cores, after `make repro`, whose artifacts most of them read) and writes each one's
+naive implementation or a library) and given as a ratio. `make bench` runs them all (after
+`make repro`, whose artifacts most of them read) and writes each one's
 figures to `benchmarks/results/<name>.json`, with the machine they were taken on: compare timings
-only between runs on the same machine. This page is generated from those files by
+only between runs on the same machine. A result whose code changed after it was committed is marked
+*older than the code it measures*. This page is generated from those files by
 `python benchmarks/summary.py`; run one benchmark alone with `python benchmarks/<name>.py`.
 """
 
@@ -36,6 +41,31 @@ def _purpose(name: str) -> str:
     source = HERE / f"{name}.py"
     doc = ast.get_docstring(ast.parse(source.read_text(encoding="utf-8"))) if source.exists() else None
     return (doc or "").split("\n\n")[0].replace("\n", " ")
+
+
+def measured_code(name: str) -> list[str]:
+    """The files a benchmark runs: its module and the import closure of the project modules it imports."""
+    source = HERE / f"{name}.py"
+    if not source.exists():
+        return []
+    closure = {source.relative_to(ROOT)}
+    for module in _imports(ast.parse(source.read_text(encoding="utf-8"))):
+        closure |= import_closure(ROOT, module)
+    return sorted(str(p) for p in closure)
+
+
+def changed_since(result: Path, name: str) -> list[str] | None:
+    """The measured files (:func:`measured_code`) changed in commits after the one that last wrote ``result``
+    (results are committed with the change they measure); None where git cannot tell (no history, or the
+    result not committed yet)."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], capture_output=True, text=True, check=True, cwd=ROOT).stdout.strip()
+
+    try:
+        written = git("log", "-1", "--format=%H", "--", str(result.relative_to(ROOT)))
+        return git("diff", "--name-only", written, "HEAD", "--", *measured_code(name)).split() if written else None
+    except (OSError, subprocess.CalledProcessError):
+        return None
 
 
 def _cell(value) -> str:
@@ -76,7 +106,11 @@ def render() -> str:
     for path in sorted(RESULTS.glob("*.json")):
         result = json.loads(path.read_text(encoding="utf-8"))
         name, machine = result["benchmark"], result["machine"]
+        changed = changed_since(path, name)
         lines += [f"## {name}", "", _purpose(name), "",
+                  *([f"**Older than the code it measures**: {len(changed)} of its files changed since these figures "
+                     f"were committed ({', '.join(changed[:4])}{', …' if len(changed) > 4 else ''}); rerun "
+                     f"`python benchmarks/{name}.py`.", ""] if changed else []),
                   f"Commit: {result.get('commit') or 'not recorded'}. "
                   f"Machine: {machine.get('cpu')}, {machine.get('cores')} cores, "
                   + (f"Python {machine['python']}, " if machine.get("python") else "") + f"torch {machine.get('torch')} "
