@@ -29,7 +29,7 @@ from tasks.report.finetune import as_fractions, finetune_results, finetune_secti
 from tasks.report.html import to_html
 from tasks.report.interpretability import interpretability_section
 from tasks.report.multilingual import multilingual_section
-from tasks.report.pretraining import describe_objective, pretraining_section
+from tasks.report.pretraining import describe_objective, pretraining_section, recipes_table, sweeps_table
 from tasks.report.report import Inputs, build_report
 from tasks.report.runtime import runtime_section, stage_of
 from tasks.report.statistics import Design, Outcomes, mean_of
@@ -187,6 +187,21 @@ def test_run_times_name_the_stages_of_dvc_yaml(tmp_path):
     assert f"| finetune@mlm-42-sentiment | {fmt(2 * FIT['wall_sec'] / 60, 2)} |" in md
     # seeds side by side: the stage's wall time, not their sum
     assert "| finetune_random@42-sentiment | 1.50 |" in md
+
+
+def test_the_recipe_is_what_pretrain_trained_with_the_sweeps_choice_included(params, tmp_path):
+    setting = lambda name, lr, loss: {"name": name, "overrides": {"learning_rate": lr}, "score": -loss, "loss": loss,
+                                      "accuracy": 0.1, "tokens": 10, "steps": 1, "wall_sec": 60.0}
+    (tmp_path / "sweep").mkdir()
+    (tmp_path / "sweep" / "mlm.json").write_text(json.dumps({
+        "objective": "mlm", "seed": 42, "fraction": 0.25, "heldout_task": "msra_ner", "split": "dev", "wall_sec": 120.0,
+        "chosen": "lr5e-4", "settings": [setting("lr5e-4", 5e-4, 6.0), setting("lr1e-3", 1e-3, 6.2)]}))
+    recipes = recipes_table(tmp_path, ["mlm", "wwm"], params.objectives, params.pretrain)
+    assert "| mlm | 0.0005 (swept) |" in recipes  # not pretrain's learning_rate
+    assert f"| wwm | {params.pretrain.learning_rate:g} |" in recipes  # not swept here: pretrain's
+    sweeps = sweeps_table(tmp_path, ["mlm", "wwm"])
+    assert "| **mlm** | **lr5e-4** | learning_rate 0.0005 | 6.000 |" in sweeps and "| mlm | lr1e-3 |" in sweeps
+    assert sweeps_table(tmp_path, ["wwm"]) is None
 
 
 def test_objective_description():

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 
-from tasks.core.metrics.pretraining import PretrainingDataMetrics, PretrainMetrics
+from tasks.core.metrics.pretraining import PretrainingDataMetrics, PretrainMetrics, SweepMetrics
 from tasks.core.params import Objective
 from tasks.core.params.pretraining import RECIPE_KNOBS
 from tasks.core.paths import seeded
@@ -81,17 +81,34 @@ def pretraining_section(metrics: Path, objectives: list[str], seeds: list[int], 
                  rows) if rows else None
     if curves:
         plot_curves(curves, "loss", "training loss", figures / "pretrain_loss.png")
-    return render_blocks("pretraining.md.j2", runs=runs, curves=bool(curves), recipes=recipes_table(objectives, specs,
-                                                                                                     pretrain),
-                         gates=gates_table(metrics, objectives, seeds))
+    return render_blocks("pretraining.md.j2", runs=runs, curves=bool(curves),
+                         recipes=recipes_table(metrics, objectives, specs, pretrain),
+                         sweeps=sweeps_table(metrics, objectives), gates=gates_table(metrics, objectives, seeds))
 
 
-def recipes_table(objectives: list[str], specs: dict[str, Objective], pretrain) -> str:
-    """Each objective's recipe: the pretraining knobs it sets for itself (``objectives.<name>.pretrain``)
-    and the ones it takes from ``pretrain``."""
+def recipes_table(metrics: Path, objectives: list[str], specs: dict[str, Objective], pretrain) -> str:
+    """What each objective trained with: ``pretrain``'s knobs, its own recipe over them
+    (``objectives.<name>.pretrain``, marked *own*) and its sweep's chosen setting over those (marked
+    *swept*; ``metrics/sweep/<objective>.json``, the choice ``pretrain`` read from ``data/recipes/``)."""
     rows = []
     for objective in objectives:
-        cfg = pretrain.for_objective(specs[objective])
-        own = specs[objective].pretrain
-        rows.append([objective, *(f"{getattr(cfg, k):g}{' (own)' if k in own else ''}" for k in RECIPE_KNOBS)])
+        sweep = load_metrics(metrics / "sweep" / f"{objective}.json", SweepMetrics)
+        swept = next((s.overrides for s in sweep.settings if s.name == sweep.chosen), {}) if sweep else {}
+        cfg, own = pretrain.for_objective(specs[objective], swept), specs[objective].pretrain
+        rows.append([objective, *(f"{getattr(cfg, k):g}{' (swept)' if k in swept else ' (own)' if k in own else ''}"
+                                  for k in RECIPE_KNOBS)])
     return table(["objective", *RECIPE_KNOBS], rows)
+
+
+def sweeps_table(metrics: Path, objectives: list[str]) -> str | None:
+    """Every sweep setting of every objective, measured on held-out dev text, the chosen one in bold;
+    None when no objective was swept."""
+    rows = []
+    for objective in objectives:
+        sweep = load_metrics(metrics / "sweep" / f"{objective}.json", SweepMetrics)
+        for s in sweep.settings if sweep else []:
+            mark = (lambda x: f"**{x}**") if s.name == sweep.chosen else str
+            rows.append([mark(objective), mark(s.name), ", ".join(f"{k} {v:g}" for k, v in s.overrides.items()),
+                         fmt(s.loss, 3), fmt(s.accuracy, 1, True), fmt(s.auc, 3), fmt(s.wall_sec / 60, 1)])
+    return table(["objective", "setting", "overrides", "dev MLM loss", "dev accuracy %", "dev RTD AUC", "minutes"],
+                 rows) if rows else None
