@@ -17,7 +17,7 @@ name, params, wall time, the stages that ran) and the MDE planner's ``plan.md`` 
 independent work, one per pretraining seed (every compared objective's data, pretraining, curves and
 fine-tunings for that seed), each a DVC experiment of its own run by DVC's experiment queue
 (``dvc exp run --queue``, ``dvc queue start --jobs N``: each in a temporary workspace, all sharing
-the cache). The unit of ``sweep.seed`` runs first, alone, since every unit's sweeps train on its
+the cache, each with its share of the cores' threads). The unit of ``sweep.seed`` runs first, alone, since every unit's sweeps train on its
 data; the others then run ``N`` at once. Each stage a unit ran is in DVC's run cache, so the final
 experiment with every seed (the one the report comes from) finds every stage done and runs only
 the report. A unit killed mid-stage leaves only its temporary workspace; rerunning the study queues
@@ -33,6 +33,7 @@ Usage::
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -64,13 +65,14 @@ def uncommitted() -> list[str]:
     return [line[3:] for line in out.splitlines() if line.strip()]
 
 
-def _run(cmd: list[str], log) -> str:
-    """Run ``cmd``, echoing its output to ``log`` as it comes; its output.
+def _run(cmd: list[str], log, env: dict | None = None) -> str:
+    """Run ``cmd`` (in ``os.environ`` updated with ``env``), echoing its output to ``log`` as it comes; its output.
 
     Raises:
         SystemExit: the command failed (its status).
     """
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, **(env or {})})
     lines = []
     for line in proc.stdout:
         log.write(line)
@@ -131,7 +133,11 @@ def run_units(name: str, params: dict, workers: int, log) -> str:
     out = _run(["dvc", "exp", "run", "--temp", "--name", f"{name}-unit-1", *_flags(first)], log)
     for i, unit in enumerate(rest, start=2):
         _run(["dvc", "exp", "run", "--queue", "--name", f"{name}-unit-{i}", *_flags(unit)], log)
-    _run(["dvc", "queue", "start", "--jobs", str(workers)], log)
+    # The units side by side share the cores: each gets its share of threads (torch reads OMP_NUM_THREADS at
+    # start), else N units x all-core thread pools thrash (2 on 2 cores: 2.3x slower than one at a time). The
+    # thread count changes float rounding, so these units' models differ from a one-worker study's in the last bits.
+    threads = max(1, len(os.sched_getaffinity(0)) // workers)
+    _run(["dvc", "queue", "start", "--jobs", str(workers)], log, env={"OMP_NUM_THREADS": str(threads)})
     while True:
         status = subprocess.run(["dvc", "queue", "status"], capture_output=True, text=True).stdout
         if not re.search(r"\b(Queued|Running)\b", status):
