@@ -36,14 +36,17 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 
 from tasks.core import paths
 from tasks.core.io import atomic_outputs, to_json
+from tasks.core.lifetime import die_with_parent
 from tasks.core.params import PARAMS_FILE, ParamsError, load_params
 from tasks.report.planner import main as plan
 
@@ -71,8 +74,10 @@ def _run(cmd: list[str], log, env: dict | None = None) -> str:
     Raises:
         SystemExit: the command failed (its status).
     """
+    # the command dies with the study (a terminated `make study` left `dvc exp run` and its stage running)
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env={**os.environ, **(env or {})})
+                            env={**os.environ, **(env or {})},
+                            preexec_fn=partial(die_with_parent, signal.SIGTERM, os.getpid()))
     lines = []
     for line in proc.stdout:
         log.write(line)
