@@ -53,7 +53,8 @@ def test_a_result_is_marked_older_than_the_code_it_measures_once_that_code_chang
 
 # A duration typed in prose goes stale with the next run; the docs point at the generated tables
 # instead (the report's Run times, study.json, benchmarks/README.md). Settings (timeouts) are not run times.
-DURATION = re.compile(r"\b\d+(?:\.\d+)?(?:\s*(?:-|–|to)\s*\d+(?:\.\d+)?)?\s*(?:min|mins|minutes?|hours?|h|s|sec|seconds?)\b")
+DURATION = re.compile(r"\b\d+(?:\.\d+)?(?:\s*(?:-|–|to)\s*\d+(?:\.\d+)?)?"
+                      r"\s*(?:min|mins|minutes?|hours?|h|s|sec|seconds?)\b")
 SETTINGS = {"docs/reproducibility.md": ["within 30 s"]}  # check_rendezvous's timeout (tasks/training/distributed.py)
 
 

@@ -62,7 +62,8 @@ def test_a_study_with_invalid_overrides_is_refused_before_any_experiment(monkeyp
     assert study.main(["study", "-S", "finetune.tasks=[sentiment]", "--out", "unused"]) == 2
     err = capsys.readouterr().err
     assert "ablation.task: 'msra_mrc' is not in finetune.tasks" in err and "-S finetune.tasks=[sentiment]" in err
-    reduced = {"finetune.tasks": "[sentiment]", "curves.tasks": "[]", "ablation.models": "[]", "compression.tasks": "[sentiment]",
+    reduced = {"finetune.tasks": "[sentiment]", "curves.tasks": "[]", "ablation.models": "[]",
+               "compression.tasks": "[sentiment]",
                "~sweep.settings.lr5e-4": None}
     study.check_params({**study.STUDIES["study"], **reduced})  # a valid reduced study passes
 
@@ -85,9 +86,9 @@ def test_the_gpu_column_names_the_gpu_its_rate_was_measured_on():
 
 def test_a_command_of_the_study_dies_with_it(tmp_path):
     """`make study` terminated must not leave its `dvc exp run` (and the stage under it) running."""
+    sleeper = "import os, time; print(os.getpid(), flush=True); time.sleep(60)"
     script = ("import sys; from tasks.orchestration import study; "
-              "study._run([sys.executable, '-c', 'import os, time; print(os.getpid(), flush=True); time.sleep(60)'], "
-              "open(sys.argv[1], 'w', buffering=1))")
+              f"study._run([sys.executable, '-c', {sleeper!r}], open(sys.argv[1], 'w', buffering=1))")
     parent = subprocess.Popen([sys.executable, "-c", script, str(tmp_path / "log")], cwd=ROOT)
     for _ in range(100):
         text = (tmp_path / "log").read_text() if (tmp_path / "log").exists() else ""

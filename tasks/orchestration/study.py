@@ -15,24 +15,26 @@ name, params, wall time, the stages that ran) and the MDE planner's ``plan.md`` 
 
 **Several workers** (``--workers N``, ``make study WORKERS=N``): the study is cut into units of
 independent work, one per pretraining seed (every compared objective's data, pretraining, curves and
-fine-tunings for that seed), each a DVC experiment of its own run by DVC's experiment queue
-(``dvc exp run --queue``, ``dvc queue start --jobs N``: each in a temporary workspace, all sharing
-the cache, each with its share of the cores' threads). The unit of ``sweep.seed`` runs first, alone, since every unit's sweeps train on its
-data; the others then run ``N`` at once. Each stage a unit ran is in DVC's run cache, so the final
-experiment with every seed (the one the report comes from) finds every stage done and runs only
-the report. A unit killed mid-stage leaves only its temporary workspace; rerunning the study queues
-it again and it takes what it finished from the run cache. On several machines the run cache
-travels through the DVC remote (``dvc push --run-cache`` / ``dvc pull --run-cache``):
-docs/running.md.
+fine-tunings for that seed), each a DVC experiment of its own run by DVC's experiment queue (``dvc
+exp run --queue``, ``dvc queue start --jobs N``: each in a temporary workspace, all sharing the
+cache, each with its share of the cores' threads). The unit of ``sweep.seed`` runs first, alone,
+since every unit's sweeps train on its data; the others then run ``N`` at once. Each stage a unit
+ran is in DVC's run cache, so the final experiment with every seed (the one the report comes from)
+finds every stage done and runs only the report. A unit killed mid-stage leaves nothing behind (DVC
+removes its temporary workspace); rerunning the study queues it again and it takes what it finished
+from the run cache. On several machines the run cache travels through the DVC remote (``dvc push
+--run-cache`` / ``dvc pull --run-cache``): docs/running.md.
 
 Usage::
 
-    python -m tasks.orchestration.prefect_server python -m tasks.orchestration.study study [--workers N] [-S key=value ...] [--out DIR]
+    python -m tasks.orchestration.prefect_server python -m tasks.orchestration.study study [--workers N] \
+        [-S key=value ...] [--out DIR]
     python -m tasks.orchestration.prefect_server python -m tasks.orchestration.study compare
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
 import shutil
@@ -158,23 +160,16 @@ def run_units(name: str, params: dict, workers: int, log) -> str:
 
 
 def main(argv: list[str]) -> int:
-    which = argv.pop(0) if argv and argv[0] in STUDIES else "study"
-    workers = 1
-    if "--workers" in argv:
-        at = argv.index("--workers")
-        workers = int(argv[at + 1])
-        del argv[at:at + 2]
-    out_dir = paths.REPORTS / which
-    if "--out" in argv:  # e.g. a reduced study's report, beside the committed one
-        at = argv.index("--out")
-        out_dir = Path(argv[at + 1])
-        del argv[at:at + 2]
-    overrides = {}  # -S key=value: the study's params changed (every unit gets them), e.g. a reduced study
-    while "-S" in argv:
-        at = argv.index("-S")
-        key, eq, value = argv[at + 1].partition("=")
-        overrides[key] = value if eq else None  # None: a bare override such as ~key (Hydra's deletion)
-        del argv[at:at + 2]
+    parser = argparse.ArgumentParser(prog="study", description="make study / make compare (module docstring)")
+    parser.add_argument("which", nargs="?", choices=list(STUDIES), default="study")
+    parser.add_argument("--workers", type=int, default=1, help="units of work at once (DVC's experiment queue)")
+    parser.add_argument("--out", type=Path, help="where the report goes (default: reports/<which>)")
+    parser.add_argument("-S", dest="overrides", action="append", default=[],
+                        help="key=value: the study's params changed (every unit gets it), e.g. a reduced study; "
+                             "a bare ~key deletes (Hydra's syntax)")
+    args, argv = parser.parse_known_args(argv)
+    which, workers, out_dir = args.which, args.workers, args.out or paths.REPORTS / args.which
+    overrides = {key: value if eq else None for key, eq, value in (o.partition("=") for o in args.overrides)}
     if any(a in ("--queue", "--temp", "-n", "--name") for a in argv):
         print("study: it names and runs its own experiment (--temp); run `dvc exp run --queue` yourself for other "
               "experiments", file=sys.stderr)
