@@ -438,6 +438,23 @@ def _descendants(pid: int) -> list[int]:
     return out
 
 
+
+def test_a_command_of_make_study_dies_with_it(tmp_path):
+    """`make study` terminated must not leave its `dvc exp run` (and the stage under it) running."""
+    pid_file = tmp_path / "command.pid"
+    command = "import os, time; print(os.getpid(), flush=True); time.sleep(60)"
+    study = subprocess.Popen([sys.executable, "-c", "import sys; from tasks.orchestration import study; "
+                              f"study._run([sys.executable, '-c', {command!r}], open(sys.argv[1], 'w', buffering=1))",
+                              str(pid_file)], cwd=ROOT)
+    child = _wait_for(pid_file)
+    study.kill()
+    study.wait()
+    try:
+        assert _gone_within([child])
+    finally:
+        if _alive(child):
+            os.kill(child, signal.SIGKILL)
+
 def test_the_prefect_server_of_make_repro_dies_with_its_wrapper_killed_with_9(tmp_path):
     """The wrapper of `make repro` starts a Prefect server when none is configured: a `kill -9` of the
     wrapper takes the server (and its port) down too, not only the command."""

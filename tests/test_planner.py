@@ -2,11 +2,7 @@
 (tasks/orchestration/study.py)."""
 
 import json
-import os
 import subprocess
-import sys
-import time
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -83,25 +79,3 @@ def test_the_gpu_column_names_the_gpu_its_rate_was_measured_on():
     assert f"GPU hours ({gpu}, lower bound)" in markdown([], gpu)
     assert gpu_flops_per_sec(ROOT / "no-such-file.json") == (None, None)
 
-
-def test_a_command_of_the_study_dies_with_it(tmp_path):
-    """`make study` terminated must not leave its `dvc exp run` (and the stage under it) running."""
-    sleeper = "import os, time; print(os.getpid(), flush=True); time.sleep(60)"
-    script = ("import sys; from tasks.orchestration import study; "
-              f"study._run([sys.executable, '-c', {sleeper!r}], open(sys.argv[1], 'w', buffering=1))")
-    parent = subprocess.Popen([sys.executable, "-c", script, str(tmp_path / "log")], cwd=ROOT)
-    for _ in range(100):
-        text = (tmp_path / "log").read_text() if (tmp_path / "log").exists() else ""
-        if text.strip():
-            break
-        time.sleep(0.1)
-    child = int(text.split()[0])
-    parent.kill()
-    parent.wait()
-    for _ in range(50):
-        if not Path(f"/proc/{child}").exists() or "Z" in Path(f"/proc/{child}/stat").read_text().split()[2]:
-            break
-        time.sleep(0.1)
-    else:
-        os.kill(child, 9)
-        pytest.fail("the study's command outlived it")
