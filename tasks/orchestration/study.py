@@ -122,15 +122,16 @@ def check_params(params: dict) -> None:
     """
     from dvc.utils.hydra import apply_overrides
 
+    overrides = _flags(params)[1::2]
     with tempfile.TemporaryDirectory() as tmp:
         copy = Path(tmp) / "params.yaml"
         shutil.copyfile(PARAMS_FILE, copy)
-        apply_overrides(copy, _flags(params)[1::2])
+        apply_overrides(copy, overrides)
         try:
             load_params(copy)
         except ParamsError as exc:
             raise ParamsError(f"{str(exc).replace(str(copy), PARAMS_FILE)} (with the study's -S "
-                              f"{' -S '.join(_flags(params)[1::2])})") from None
+                              f"{' -S '.join(overrides)})") from None
 
 
 def run_units(name: str, params: dict, workers: int, log) -> str:
