@@ -18,8 +18,9 @@ import pytest
 from tasks.core.metrics.base import read_metrics, write_metrics
 from tasks.core.metrics.compression import PruneMetrics
 from tasks.core.metrics.downstream import FinetuneMetrics, SeedSummary
+from tasks.core.metrics.pretraining import SweepMetrics
 from tasks.core.params import Objective, Params
-from tasks.report.common import fmt
+from tasks.report.common import fmt, load_metrics
 from tasks.report.compression import _findings, compression_section
 from tasks.report.corpus import corpus_section
 from tasks.report.curves import curves_section
@@ -196,12 +197,13 @@ def test_the_recipe_is_what_pretrain_trained_with_the_sweeps_choice_included(par
     (tmp_path / "sweep" / "mlm.json").write_text(json.dumps({
         "objective": "mlm", "seed": 42, "fraction": 0.25, "heldout_task": "msra_ner", "split": "dev", "wall_sec": 120.0,
         "chosen": "lr5e-4", "settings": [setting("lr5e-4", 5e-4, 6.0), setting("lr1e-3", 1e-3, 6.2)]}))
-    recipes = recipes_table(tmp_path, ["mlm", "wwm"], params.objectives, params.pretrain)
+    sweeps = {o: load_metrics(tmp_path / "sweep" / f"{o}.json", SweepMetrics) for o in ("mlm", "wwm")}
+    recipes = recipes_table(sweeps, params.objectives, params.pretrain)
     assert "| mlm | 0.0005 (swept) |" in recipes  # not pretrain's learning_rate
     assert f"| wwm | {params.pretrain.learning_rate:g} |" in recipes  # not swept here: pretrain's
-    sweeps = sweeps_table(tmp_path, ["mlm", "wwm"])
-    assert "| **mlm** | **lr5e-4** | learning_rate 0.0005 | 6.000 |" in sweeps and "| mlm | lr1e-3 |" in sweeps
-    assert sweeps_table(tmp_path, ["wwm"]) is None
+    table = sweeps_table(sweeps)
+    assert "| **mlm** | **lr5e-4** | learning_rate 0.0005 | 6.000 |" in table and "| mlm | lr1e-3 |" in table
+    assert sweeps_table({"wwm": sweeps["wwm"]}) is None
 
 
 def test_objective_description():

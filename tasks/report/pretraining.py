@@ -81,18 +81,19 @@ def pretraining_section(metrics: Path, objectives: list[str], seeds: list[int], 
                  rows) if rows else None
     if curves:
         plot_curves(curves, "loss", "training loss", figures / "pretrain_loss.png")
+    sweeps = {o: load_metrics(metrics / "sweep" / f"{o}.json", SweepMetrics) for o in objectives}
     return render_blocks("pretraining.md.j2", runs=runs, curves=bool(curves),
-                         recipes=recipes_table(metrics, objectives, specs, pretrain),
-                         sweeps=sweeps_table(metrics, objectives), gates=gates_table(metrics, objectives, seeds))
+                         recipes=recipes_table(sweeps, specs, pretrain), sweeps=sweeps_table(sweeps),
+                         gates=gates_table(metrics, objectives, seeds))
 
 
-def recipes_table(metrics: Path, objectives: list[str], specs: dict[str, Objective], pretrain) -> str:
-    """What each objective trained with: ``pretrain``'s knobs, its own recipe over them
+def recipes_table(sweeps: dict[str, SweepMetrics | None], specs: dict[str, Objective], pretrain) -> str:
+    """What each objective of ``sweeps`` (its sweep's metrics, ``metrics/sweep/<objective>.json``, or None
+    where it was not swept) trained with: ``pretrain``'s knobs, its own recipe over them
     (``objectives.<name>.pretrain``, marked *own*) and its sweep's chosen setting over those (marked
-    *swept*; ``metrics/sweep/<objective>.json``, the choice ``pretrain`` read from ``data/recipes/``)."""
+    *swept*: the choice ``pretrain`` read from ``data/recipes/``)."""
     rows = []
-    for objective in objectives:
-        sweep = load_metrics(metrics / "sweep" / f"{objective}.json", SweepMetrics)
+    for objective, sweep in sweeps.items():
         swept = next((s.overrides for s in sweep.settings if s.name == sweep.chosen), {}) if sweep else {}
         cfg, own = pretrain.for_objective(specs[objective], swept), specs[objective].pretrain
         rows.append([objective, *(f"{getattr(cfg, k):g}{' (swept)' if k in swept else ' (own)' if k in own else ''}"
@@ -100,12 +101,11 @@ def recipes_table(metrics: Path, objectives: list[str], specs: dict[str, Objecti
     return table(["objective", *RECIPE_KNOBS], rows)
 
 
-def sweeps_table(metrics: Path, objectives: list[str]) -> str | None:
-    """Every sweep setting of every objective, measured on held-out dev text, the chosen one in bold;
-    None when no objective was swept."""
+def sweeps_table(sweeps: dict[str, SweepMetrics | None]) -> str | None:
+    """Every setting of every objective's sweep (as :func:`recipes_table` takes them), measured on held-out
+    dev text, the chosen one in bold; None when no objective was swept."""
     rows = []
-    for objective in objectives:
-        sweep = load_metrics(metrics / "sweep" / f"{objective}.json", SweepMetrics)
+    for objective, sweep in sweeps.items():
         for s in sweep.settings if sweep else []:
             mark = (lambda x: f"**{x}**") if s.name == sweep.chosen else str
             rows.append([mark(objective), mark(s.name), ", ".join(f"{k} {v:g}" for k, v in s.overrides.items()),
