@@ -4,13 +4,21 @@ import importlib.util
 import re
 import subprocess
 
+import pytest
+
 from tests.conftest import ROOT
 
 
-def test_benchmarks_readme_is_generated_from_the_results():
+@pytest.fixture
+def summary():
+    """benchmarks/summary.py (not a package module)."""
     spec = importlib.util.spec_from_file_location("summary", ROOT / "benchmarks" / "summary.py")
-    summary = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(summary)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_benchmarks_readme_is_generated_from_the_results(summary):
     committed, rendered = (ROOT / "benchmarks" / "README.md").read_text(encoding="utf-8"), summary.render()
     shallow = subprocess.run(["git", "rev-parse", "--is-shallow-repository"], capture_output=True, text=True,
                              cwd=ROOT).stdout.strip() != "false"
@@ -20,10 +28,7 @@ def test_benchmarks_readme_is_generated_from_the_results():
     assert all(f"## {p.stem}" in rendered for p in (ROOT / "benchmarks" / "results").glob("*.json"))
 
 
-def test_a_result_is_marked_older_than_the_code_it_measures_once_that_code_changes(tmp_path, monkeypatch):
-    spec = importlib.util.spec_from_file_location("summary", ROOT / "benchmarks" / "summary.py")
-    summary = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(summary)
+def test_a_result_is_marked_older_than_the_code_it_measures_once_that_code_changes(summary, tmp_path, monkeypatch):
     (tmp_path / "benchmarks" / "results").mkdir(parents=True)
     (tmp_path / "tasks").mkdir()
     (tmp_path / "tasks" / "__init__.py").write_text("")
