@@ -16,7 +16,7 @@ from tasks.core.metrics.base import write_metrics
 from tasks.core.metrics.pretraining import CurvesMetrics
 from tasks.core.params import load_params
 from tasks.core.stage import run_stage
-from tasks.pretraining.heldout import corpus_unigram, heldout_point, heldout_text
+from tasks.pretraining.heldout import corpus_unigram, heldout_inputs, heldout_point, measure_of
 from tasks.pretraining.modeling import HEADS_INFO, SNAPSHOT_FILE
 from tasks.training.device import resolve_device
 
@@ -24,16 +24,15 @@ from tasks.training.device import resolve_device
 @flow(name="curves")
 def curves(objective: str, seed: str) -> None:
     params, seed = load_params(), int(seed)
-    name, cfg, data = paths.seeded(objective, seed), params.curves, params.pretraining_data
+    name, cfg = paths.seeded(objective, seed), params.curves
     model_dir = paths.model_dir(name)
     tokenizer = BertTokenizerFast.from_pretrained(model_dir)
-    ids, offsets = heldout_text(cfg.heldout_task, tokenizer, data.max_seq_length, cfg.heldout_sequences)
+    ids, offsets, masks = heldout_inputs(params, objective, tokenizer,
+                                         resolve_device(params.pretrain.device, "pretrain.device"))
     unigram = corpus_unigram(paths.TOKENS, len(tokenizer))
-    # MLM, or ELECTRA's replaced-token detection; none for PerLM predicting positions only (its MLM head is untrained)
-    measure = read_json(model_dir / HEADS_INFO)["heldout"]
-    masks = dict(lang=cfg.heldout_task, seed=params.seed, mask_token_id=tokenizer.mask_token_id,
-                 masked_lm_prob=data.masked_lm_prob, max_predictions=data.max_predictions_per_seq,
-                 device=resolve_device(params.pretrain.device, "pretrain.device"))
+    # MLM ([MASK]) or Mac (similar words), or ELECTRA's replaced-token detection; none for PerLM
+    # predicting positions only (its MLM head is untrained)
+    measure = measure_of(read_json(model_dir / HEADS_INFO)["heldout"], masks)
     points, predictions = [], None
     for folder in sorted((model_dir / "snapshots").glob("*"), key=lambda p: float(p.name)) + [model_dir]:
         at = read_json(folder / SNAPSHOT_FILE) if folder != model_dir else {"fraction": 1.0}

@@ -26,7 +26,7 @@ from tasks.pretraining.gates import training_gates
 from tasks.pretraining.pretrain import train, write_log
 from tasks.pretraining.masking import masking_config
 from tasks.pretraining.pretraining_data import read_shards
-from tasks.pretraining.sweep import recipe
+from tasks.pretraining.recipe import recipe
 from tasks.training.distributed import join_process_group, run_training_stage
 
 

@@ -19,11 +19,12 @@ from tasks.core.params import load_params
 from tasks.core.stage import run_stage
 from tasks.pretraining.checkpoint import checkpoint_fingerprint
 from tasks.pretraining.examples import PretrainingExamples, objective_masker
-from tasks.pretraining.heldout import heldout_text
+from tasks.pretraining.heldout import heldout_inputs
 from tasks.pretraining.masking import masking_config
 from tasks.pretraining.modeling import pretraining_model, resolve_init_from
 from tasks.pretraining.pretraining_data import read_shards
-from tasks.pretraining.sweep import choose, run_setting, write_choice
+from tasks.pretraining.recipe import write_choice
+from tasks.pretraining.sweep import choose, run_setting
 from tasks.training.device import resolve_device
 
 
@@ -37,11 +38,7 @@ def sweep(objective: str) -> None:
                                           objective_masker(objective, spec, masking, seed, tokenizer, paths.LEXICON))
     init_folder = resolve_init_from(params.pretrain.init_from, params)  # as pretrain starts: None is random init
     device = resolve_device(params.pretrain.device, "pretrain.device")
-    heldout = heldout_text(params.curves.heldout_task, tokenizer, params.pretraining_data.max_seq_length,
-                           params.curves.heldout_sequences, split="dev")
-    masks = dict(lang=params.curves.heldout_task, seed=params.seed, mask_token_id=tokenizer.mask_token_id,
-                 masked_lm_prob=params.pretraining_data.masked_lm_prob,
-                 max_predictions=params.pretraining_data.max_predictions_per_seq, device=device)
+    ids, offsets, masks = heldout_inputs(params, objective, tokenizer, device, split="dev")
     results = {}
     for setting, overrides in cfg.settings.items():
         recipe = params.pretrain_for(objective, overrides)
@@ -52,7 +49,7 @@ def sweep(objective: str) -> None:
                 "sweep", objective, setting, params.model, recipe.model_dump(mode="json", exclude={"seeds", "snapshots"}),
                 spec, params.pretraining_data, cfg.fraction,
                 data=[paths.PRETRAINING / name, paths.TOKENIZER, *([init_folder] if init_folder else [])]),
-            equal_flops=spec.budget == "mlm_flops", heldout=heldout, masks=masks, log=logger.info)
+            equal_flops=spec.budget == "mlm_flops", heldout=(ids, offsets), masks=masks, log=logger.info)
         logger.info(f"sweep {objective}, {setting} {overrides}: {results[setting]}")
     chosen = choose(results)
     logger.info(f"sweep {objective}: {chosen} chosen")

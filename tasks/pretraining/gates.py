@@ -6,11 +6,12 @@ discriminator that calls every token "original", has learned nothing an encoder 
 fine-tuning it measures its initialisation. Each gate compares a held-out measure with the
 *trivial* solution of the objective at the same positions:
 
-* MLM family (MLM, WWM, N-gram, Mac, span; measured by :func:`tasks.pretraining.heldout.evaluate_mlm`):
+* MLM family (MLM, WWM, N-gram, span; measured by :func:`tasks.pretraining.heldout.evaluate_mlm`):
   accuracy above the top token's (the most frequent token of the pretraining corpus, predicted
   everywhere; the held-out masks are all [MASK], so no position can be copied) and cross-entropy
   below the context-free loss, the corpus's unigram distribution at the same positions, by
-  :data:`MLM_LOSS_MARGIN` nats;
+  :data:`MLM_LOSS_MARGIN` nats. Mac, measured on similar words instead of [MASK], could also copy
+  what it sees: its accuracy must beat the better of copying the input and the top token;
 * RTD (ELECTRA; :func:`tasks.pretraining.heldout.evaluate_rtd`): binary cross-entropy at most
   ``1 - RTD_LOSS_MARGIN`` of the base rate's binary entropy (the loss of a constant that knows only
   the replaced share) and ROC AUC above :data:`AUC_FLOOR` (a constant has AUC 0.5);
@@ -95,23 +96,31 @@ def unigram_log_probs(token_counts: np.ndarray) -> np.ndarray:
 
 
 def mlm_gates(losses: np.ndarray, correct: np.ndarray, labels: np.ndarray, rows: np.ndarray,
-              unigram: np.ndarray) -> tuple[list[Gate], dict]:
+              unigram: np.ndarray, inputs: np.ndarray | None = None) -> tuple[list[Gate], dict]:
     """The MLM family's gates (module docstring) from the held-out masked positions.
 
     Args:
         losses, correct: ``[M]`` the model's cross-entropy (nats) and whether its argmax was right.
         labels: ``int [M]`` the original tokens; rows: ``int [M]`` the sequence of each position.
         unigram: :func:`unigram_log_probs` of the pretraining corpus.
+        inputs: ``int [M]`` the corrupted tokens the model saw, when it could copy them (Mac); None
+            under [MASK].
     Returns:
-        ``(gates, references)``: references holds ``unigram_loss`` and ``top_token_accuracy``.
+        ``(gates, references)``: references holds ``unigram_loss`` and ``top_token_accuracy`` (and,
+        with ``inputs``, ``copy_accuracy``).
     """
     top = labels == int(np.argmax(unigram))
     context_free = -unigram[labels]
     references = {"unigram_loss": float(context_free.mean()), "top_token_accuracy": float(top.mean())}
+    trivial, name = top, "accuracy above the top token's"
+    if inputs is not None:
+        copy = inputs == labels
+        references["copy_accuracy"] = float(copy.mean())
+        trivial = copy if copy.mean() > top.mean() else top  # the better trivial predictor
+        name = "accuracy above copying the input and the top token's"
     gates = [
-        _difference_gate("accuracy above the top token's", correct.astype(np.float64) - top, rows,
-                         float(correct.mean()), references["top_token_accuracy"],
-                         references["top_token_accuracy"], above=True),
+        _difference_gate(name, correct.astype(np.float64) - trivial, rows, float(correct.mean()),
+                         float(trivial.mean()), float(trivial.mean()), above=True),
         _difference_gate(f"loss {MLM_LOSS_MARGIN:g} nats below the unigram loss", losses - context_free, rows,
                          float(losses.mean()), references["unigram_loss"],
                          references["unigram_loss"] - MLM_LOSS_MARGIN, above=False),

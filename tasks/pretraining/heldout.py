@@ -6,19 +6,30 @@ masked, all as [MASK], with a generator seeded by the run's seed and a name alon
 model sees exactly the same masked positions. The MLM measure is the accuracy and the mean
 cross-entropy (and perplexity, its exponential) over those positions; the RTD measure fills them
 with the generator's samples (drawn with a seeded generator too) and takes the discriminator's
-binary cross-entropy and accuracy over every token (Clark et al. 2020, §2). The multilingual stages
-measure each language's held-out documents with the MLM measure
+binary cross-entropy and accuracy over every token (Clark et al. 2020, §2).
+
+Mac never sees [MASK] (MacBERT, Cui et al. 2020, §3.2: "MLM as correction"), so [MASK] positions
+would measure a task it was not trained on. Its measure (``mac``) corrupts the held-out text as its
+pretraining data does: jieba words of the text (stage ``segment``'s settings), whole words or
+N-grams of them chosen, and every chosen word replaced by a similar word of the same token length
+(a random word where it has none), the same for every Mac model (:class:`MacCorruption`); a model
+that copies its input is then a trivial solution beside the top token
+(:func:`tasks.pretraining.gates.mlm_gates`).
+
+The multilingual stages measure each language's held-out documents with the MLM measure
 (:mod:`tasks.multilingual.continue_pretrain`); the score-for-compute curves measure every
-pretrained model and its snapshots (:func:`heldout_text`, stage ``curves``), the cheap measure
+pretrained model and its snapshots (:func:`heldout_inputs`, stage ``curves``), the cheap measure
 beside fine-tuning.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 import torch.nn.functional as F
@@ -28,6 +39,9 @@ from transformers import (AutoModel, BertForMaskedLM, ElectraForMaskedLM, Electr
 from tasks.core import paths
 from tasks.core.errors import SourceError
 from tasks.core.rng import named_rng
+from tasks.corpus.segment import segment_shard
+from tasks.corpus.similar_words import SimilarWords, lexicon_ids, similar_words_from_table
+from tasks.corpus.tokenize import random_token_ids, tokenize_words
 from tasks.pretraining.gates import collapse_gate, mlm_gates, rtd_gates, unigram_log_probs
 from tasks.pretraining.masking import MaskingConfig, mask_batch
 from tasks.pretraining.modeling import GENERATOR_DIR, replace_tokens
@@ -69,31 +83,61 @@ def word_ids_for(ids: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     return word
 
 
+@dataclass(frozen=True)
+class MacCorruption:
+    """Mac's held-out corruption (module docstring): what :func:`evaluate_mlm` needs beyond the ids.
+
+    Attributes:
+        words: ``int32 [T]`` dense jieba word index of each held-out token within its sequence, -1 on
+            [CLS] and [SEP] (the flat layout of the ids).
+        lex_ids: ``int32 [T]`` the similar-word lexicon entry of each token's word, -1 if none.
+        similar: the lexicon's similar words; random_token_ids: what a word without one becomes.
+        scheme: the objective's word units (``wwm`` or ``ngram``); ngram_probs: P(1, 2, ... words).
+    """
+
+    words: np.ndarray
+    lex_ids: np.ndarray
+    similar: SimilarWords
+    random_token_ids: np.ndarray
+    scheme: str
+    ngram_probs: tuple[float, ...]
+
+
 def _masked_batches(ids: np.ndarray, offsets: np.ndarray, lang: str, seed: int, mask_token_id: int,
-                    masked_lm_prob: float, max_predictions: int, batch_size: int, device: torch.device):
-    """The held-out sequences in batches, masked the same way for every model: ``(input_ids,
-    attention_mask, rows, cols, labels)`` tensors on ``device`` and ``start``, the first sequence's
-    index (``rows`` are within the batch); batches without a masked token left out."""
-    config = MaskingConfig(scheme="mlm", masked_lm_prob=masked_lm_prob, max_predictions=max_predictions,
-                           mask=1.0, random=0.0)
+                    masked_lm_prob: float, max_predictions: int, batch_size: int, device: torch.device,
+                    mac: MacCorruption | None = None):
+    """The held-out sequences in batches, corrupted the same way for every model: ``(input_ids,
+    attention_mask, rows, cols, labels, inputs)`` tensors on ``device`` (``inputs``: the corrupted
+    token at each chosen position) and ``start``, the first sequence's index (``rows`` are within the
+    batch); batches without a chosen token left out. Single tokens, all [MASK]; with ``mac``, its
+    word units, all similar words."""
+    if mac is None:
+        config = MaskingConfig(scheme="mlm", masked_lm_prob=masked_lm_prob, max_predictions=max_predictions,
+                               mask=1.0, random=0.0)
+        words, lex, similar, random_ids = word_ids_for(ids, offsets), None, None, np.array([mask_token_id])
+    else:
+        config = MaskingConfig(scheme=mac.scheme, masked_lm_prob=masked_lm_prob, max_predictions=max_predictions,
+                               mask=0.0, random=0.0, similar=1.0, keep=0.0, ngram_probs=mac.ngram_probs)
+        words, lex, similar, random_ids = mac.words, mac.lex_ids, mac.similar, mac.random_token_ids
     rng = named_rng(seed, lang)
-    words = word_ids_for(ids, offsets)
     for start in range(0, len(offsets) - 1, batch_size):
         index = np.arange(start, min(start + batch_size, len(offsets) - 1))
         batch_ids, valid = pad_batch(ids, offsets, index)
         batch_words, _ = pad_batch(words, offsets, index, pad_value=-1)
+        batch_lex = None if lex is None else pad_batch(lex, offsets, index, pad_value=-1)[0]
         masked = mask_batch(batch_ids, batch_words, config, rng, mask_token_id=mask_token_id,
-                            random_token_ids=np.array([mask_token_id]))
+                            random_token_ids=random_ids, lex_ids=batch_lex, similar=similar)
         rows, cols = np.nonzero(masked.chosen)
         if len(rows):
             yield tuple(torch.from_numpy(np.asarray(x).astype(np.int64)).to(device)
-                        for x in (masked.input_ids, valid, rows, cols, masked.labels[rows, cols])) + (start,)
+                        for x in (masked.input_ids, valid, rows, cols, masked.labels[rows, cols],
+                                  masked.input_ids[rows, cols])) + (start,)
 
 
 @torch.no_grad()
 def evaluate_mlm(model: PreTrainedModel, ids: np.ndarray, offsets: np.ndarray, *, lang: str, seed: int,
                  mask_token_id: int, masked_lm_prob: float, max_predictions: int, device: torch.device,
-                 batch_size: int = 32, positions: bool = False) -> dict:
+                 batch_size: int = 32, positions: bool = False, mac: MacCorruption | None = None) -> dict:
     """MLM accuracy and perplexity on held-out sequences (module docstring).
 
     Args:
@@ -101,20 +145,23 @@ def evaluate_mlm(model: PreTrainedModel, ids: np.ndarray, offsets: np.ndarray, *
         ids, offsets: the sequences in flat layout (:func:`pack_by_language`).
         lang: seeds the masks together with ``seed``: the same positions for every model.
         positions: also return each masked position's measures (for :mod:`tasks.pretraining.gates`).
+        mac: Mac's corruption instead of [MASK] (:func:`mac_corruption`).
     Returns:
         ``{"predictions", "loss", "accuracy", "perplexity"}`` (loss in nats per masked token; None
         without a prediction); with ``positions``, ``"positions"``: ``{"losses", "correct",
-        "labels", "rows"}``, ``[M]`` arrays (``rows``: the sequence of each position).
+        "labels", "inputs", "rows"}``, ``[M]`` arrays (``inputs``: the corrupted token the model
+        saw; ``rows``: the sequence of each position).
     """
     model.to(device).eval()
-    parts = {"losses": [], "correct": [], "labels": [], "rows": []}
-    for input_ids, valid, rows, cols, labels, start in _masked_batches(
-            ids, offsets, lang, seed, mask_token_id, masked_lm_prob, max_predictions, batch_size, device):
+    parts = {"losses": [], "correct": [], "labels": [], "inputs": [], "rows": []}
+    for input_ids, valid, rows, cols, labels, inputs, start in _masked_batches(
+            ids, offsets, lang, seed, mask_token_id, masked_lm_prob, max_predictions, batch_size, device, mac):
         hidden = model.bert(input_ids=input_ids, attention_mask=valid).last_hidden_state
         logits = model.cls(hidden[rows, cols]).float()
         parts["losses"].append(F.cross_entropy(logits, labels, reduction="none").double().cpu())
         parts["correct"].append((logits.argmax(-1) == labels).cpu())
         parts["labels"].append(labels.cpu())
+        parts["inputs"].append(inputs.cpu())
         parts["rows"].append(rows.cpu() + start)
     if not parts["losses"]:
         return {"predictions": 0, "loss": None, "accuracy": None, "perplexity": None}
@@ -145,7 +192,7 @@ def evaluate_rtd(discriminator: PreTrainedModel, generator: PreTrainedModel, ids
     draws = torch.Generator(device=device).manual_seed(seed)
     parts = {"losses": [], "scores": [], "targets": [], "rows": []}
     matched, sampled_count = 0, 0
-    for input_ids, valid, rows, cols, labels, start in _masked_batches(
+    for input_ids, valid, rows, cols, labels, _, start in _masked_batches(
             ids, offsets, lang, seed, mask_token_id, masked_lm_prob, max_predictions, batch_size, device):
         hidden = generator.electra(input_ids=input_ids, attention_mask=valid).last_hidden_state
         logits = generator.generator_lm_head(generator.generator_predictions(hidden[rows, cols])).float()
@@ -188,12 +235,9 @@ def token_state_sums(encoder: PreTrainedModel, ids: np.ndarray, offsets: np.ndar
     return torch.cat(sums).numpy(), torch.cat(counts).numpy()
 
 
-def heldout_text(task: str, tokenizer: PreTrainedTokenizerBase, max_seq_length: int,
-                 sequences: int, split: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+def _eval_texts(task: str, split: str | None) -> list[str]:
     """The evaluation text of ``task`` (its dev and test text, which ingest kept out of the
-    pretraining corpus: ``data/downstream/<task>/eval_texts.parquet``), or of its ``split``
-    alone, packed into at most ``sequences`` sequences, in flat layout. A recipe is chosen on
-    ``split="dev"`` (stage ``sweep``), never on test text.
+    pretraining corpus: ``data/downstream/<task>/eval_texts.parquet``), or of its ``split`` alone.
 
     Raises:
         SourceError: the task's data is missing (stage ``downstream@<task>`` makes it), or has no
@@ -207,9 +251,73 @@ def heldout_text(task: str, tokenizer: PreTrainedTokenizerBase, max_seq_length: 
              if split in (None, s)]
     if not texts:
         raise SourceError(f"{path} has no {split} text: rerun stage downstream@{task}")
+    return texts
+
+
+def heldout_text(task: str, tokenizer: PreTrainedTokenizerBase, max_seq_length: int,
+                 sequences: int, split: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The evaluation text of ``task`` (or of its ``split`` alone) packed into at most ``sequences``
+    sequences, in flat layout. A recipe is chosen on ``split="dev"`` (stage ``sweep``), never on
+    test text.
+
+    Raises:
+        SourceError: the task's data is missing or has no text of ``split``.
+    """
+    texts = _eval_texts(task, split)
     ids, offsets = pack_by_language(tokenizer, [task] * len(texts), texts, max_seq_length)[task]
     n = min(sequences, len(offsets) - 1)
     return ids[:offsets[n]], offsets[:n + 1]
+
+
+def mac_text(task: str, tokenizer: PreTrainedTokenizerBase, max_seq_length: int, sequences: int, *,
+             scheme: str, ngram_probs: tuple[float, ...], lexicon: Path, hmm: bool, user_dict: str | None,
+             split: str | None = None) -> tuple[np.ndarray, np.ndarray, MacCorruption]:
+    """:func:`heldout_text` for Mac's measure: the text segmented by jieba as stage ``segment`` does
+    (``hmm``, ``user_dict``), tokenized with each token's word and lexicon entry
+    (``lexicon``: ``data/similar_words/lexicon.parquet``), packed so that no word is cut
+    (:mod:`tasks.pretraining.packing`). Returns the ids, the offsets and the :class:`MacCorruption`.
+
+    Raises:
+        SourceError: the task's data or the lexicon is missing.
+    """
+    if not lexicon.is_file():
+        raise SourceError(f"{lexicon} is missing: stage similar_words makes it")
+    texts = [t for t in _eval_texts(task, split) if t]
+    words = segment_shard(pa.table({"text": texts}), 0, (user_dict, hmm)).column("words")
+    ids, word_ids = tokenize_words(tokenizer, texts, words.to_pylist())
+    lexicon_table = pq.read_table(lexicon)
+    lex = lexicon_ids(words, pa.chunked_array([pa.array(word_ids, type=pa.list_(pa.int32()))]), lexicon_table)
+    keep = [i for i, x in enumerate(ids) if len(x)]
+    packed = pack_documents([task] * len(keep), [ids[i] for i in keep], [word_ids[i] for i in keep], max_seq_length,
+                            tokenizer.cls_token_id, tokenizer.sep_token_id, lex_ids=[lex[i] for i in keep])
+    n = min(sequences, len(packed))
+    valid = np.arange(packed.input_ids.shape[1])[None, :] < packed.lengths[:n, None]
+    offsets = np.concatenate([[0], np.cumsum(packed.lengths[:n])]).astype(np.int64)
+    mac = MacCorruption(words=packed.word_ids[:n][valid], lex_ids=packed.lex_ids[:n][valid],
+                        similar=similar_words_from_table(lexicon_table), random_token_ids=random_token_ids(tokenizer),
+                        scheme=scheme, ngram_probs=tuple(ngram_probs))
+    return packed.input_ids[:n][valid], offsets, mac
+
+
+def heldout_inputs(params, objective: str, tokenizer: PreTrainedTokenizerBase, device: torch.device,
+                   split: str | None = None) -> tuple[np.ndarray, np.ndarray, dict]:
+    """What the held-out measure of ``objective``'s models needs but the model: the held-out
+    sequences (ids and offsets, flat layout) of ``curves.heldout_task`` (:func:`heldout_text`, or
+    :func:`mac_text` when the objective replaces words by similar ones) and the keyword arguments of
+    :func:`evaluate_mlm` (seed, mask id, rates, device; ``mac`` for Mac). Params read:
+    ``seed``, ``curves.heldout_task``, ``curves.heldout_sequences``, ``pretraining_data``'s
+    ``max_seq_length``, ``masked_lm_prob``, ``max_predictions_per_seq``, and for Mac
+    ``objectives.<objective>``, ``pretraining_data.ngram_probabilities`` and ``segment``."""
+    cfg, data = params.curves, params.pretraining_data
+    masks = dict(lang=cfg.heldout_task, seed=params.seed, mask_token_id=tokenizer.mask_token_id,
+                 masked_lm_prob=data.masked_lm_prob, max_predictions=data.max_predictions_per_seq, device=device)
+    spec = params.objective(objective)
+    if not spec.replacement.similar:
+        return (*heldout_text(cfg.heldout_task, tokenizer, data.max_seq_length, cfg.heldout_sequences, split), masks)
+    ids, offsets, mac = mac_text(cfg.heldout_task, tokenizer, data.max_seq_length, cfg.heldout_sequences,
+                                 scheme=spec.masking, ngram_probs=tuple(data.ngram_probabilities), lexicon=paths.LEXICON,
+                                 hmm=params.segment.hmm, user_dict=params.segment.user_dict, split=split)
+    return ids, offsets, {**masks, "mac": mac}
 
 
 def corpus_unigram(tokens: Path, vocab_size: int) -> np.ndarray:
@@ -222,23 +330,30 @@ def corpus_unigram(tokens: Path, vocab_size: int) -> np.ndarray:
     return unigram_log_probs(counts)
 
 
+def measure_of(heads: str | None, masks: dict) -> str | None:
+    """The held-out measure of a model: its ``pretraining.json``'s (``mlm``, ``rtd`` or None), ``mac``
+    for an MLM head measured with Mac's corruption (``masks`` of :func:`heldout_inputs` with ``mac``)."""
+    return "mac" if heads == "mlm" and masks.get("mac") is not None else heads
+
+
 def heldout_point(folder: Path, measure: str | None, ids: np.ndarray, offsets: np.ndarray, unigram: np.ndarray,
                   masks: dict) -> dict:
-    """The held-out measure of the model saved in ``folder`` (``measure``: ``mlm``, ``rtd`` or None,
-    as its ``pretraining.json`` says) and its gates (:mod:`tasks.pretraining.gates`): the
-    objective's, and the collapse gate on its encoder's token states.
+    """The held-out measure of the model saved in ``folder`` (``measure``: ``mlm``, ``mac``, ``rtd`` or
+    None: :func:`measure_of`) and its gates (:mod:`tasks.pretraining.gates`): the objective's, and the
+    collapse gate on its encoder's token states.
 
     Args:
-        masks: the keyword arguments of :func:`evaluate_mlm` (seed, mask id, rates, device).
+        masks: the keyword arguments of :func:`evaluate_mlm` (:func:`heldout_inputs`).
     Returns:
         A :class:`tasks.core.metrics.pretraining.CurvePoint`'s fields but ``fraction``, and
         ``predictions``: the positions measured (None without a measure).
     """
     point, gates = {}, []
-    if measure == "mlm":
+    if measure in ("mlm", "mac"):
         scores = evaluate_mlm(BertForMaskedLM.from_pretrained(folder), ids, offsets, positions=True, **masks)
         at = scores["positions"]
-        gates, references = mlm_gates(at["losses"], at["correct"], at["labels"], at["rows"], unigram)
+        gates, references = mlm_gates(at["losses"], at["correct"], at["labels"], at["rows"], unigram,
+                                      inputs=at["inputs"] if measure == "mac" else None)
         point = {"loss": scores["loss"], "accuracy": scores["accuracy"], "predictions": scores["predictions"],
                  **references}
     elif measure == "rtd":

@@ -9,7 +9,7 @@ budget). Stage ``sweep@<objective>`` trains the objective once per ``sweep.setti
 budget shortened), measures each on the held-out task's *dev* text and keeps the best: the lowest
 held-out MLM loss, or for ELECTRA the highest RTD AUC (its loss depends on how hard the generator
 makes the task, which the recipe changes too). ``pretrain@<objective>-<seed>`` then trains with the
-chosen setting (:func:`recipe`). Test text never takes part.
+chosen setting (:func:`tasks.pretraining.recipe.recipe`). Test text never takes part.
 """
 
 from __future__ import annotations
@@ -19,8 +19,6 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from tasks.core.errors import SourceError
-from tasks.core.io import read_json, write_json
 from tasks.core.params import Pretrain
 from tasks.pretraining.gates import rtd_gates
 from tasks.pretraining.heldout import evaluate_mlm, evaluate_rtd
@@ -62,24 +60,3 @@ def choose(results: dict[str, dict]) -> str:
     """The setting with the best score (the first on a tie; the first if none has a score)."""
     scored = [(r["score"], -i, name) for i, (name, r) in enumerate(results.items()) if r["score"] is not None]
     return max(scored)[2] if scored else next(iter(results))
-
-
-def write_choice(path: Path, chosen: str, overrides: dict) -> None:
-    """The sweep's choice for :func:`recipe`: the setting's name and its overrides, nothing that varies
-    from run to run."""
-    write_json(path, {"chosen": chosen, "overrides": overrides})
-
-
-def recipe(params, objective: str, choice: Path) -> tuple[Pretrain, str]:
-    """What ``pretrain@<objective>-<seed>`` trains with: the objective's recipe with the overrides
-    of the setting the sweep chose (``choice``: ``data/recipes/<objective>.json``, written by stage
-    ``sweep@<objective>``: ``{"chosen", "overrides"}``, no timing, so that a rerun sweep that
-    chooses the same reruns no pretraining), and that setting's name.
-
-    Raises:
-        SourceError: the choice is missing (run stage ``sweep@<objective>``).
-    """
-    if not choice.is_file():
-        raise SourceError(f"{choice} is missing: run `dvc repro sweep@{objective}` first")
-    made = read_json(choice)
-    return params.pretrain_for(objective, made["overrides"]), made["chosen"]

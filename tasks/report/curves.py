@@ -31,8 +31,8 @@ def _points(metrics: Path, objective: str, seed: int) -> list[dict] | None:
         return None
     at = {s.fraction: {"tokens": s.tokens, "seconds": s.seconds, "flops": s.flops} for s in run.snapshots or []}
     at[1.0] = {"tokens": run.tokens, "seconds": run.wall_sec, "flops": run.flops}
-    return [{"fraction": p.fraction, "loss": p.loss, "accuracy": p.accuracy, "rtd_loss": p.rtd_loss, **at[p.fraction]}
-            for p in curve.points if p.fraction in at]
+    return [{"fraction": p.fraction, "loss": p.loss, "accuracy": p.accuracy, "rtd_loss": p.rtd_loss,
+             "measure": curve.measure, **at[p.fraction]} for p in curve.points if p.fraction in at]
 
 
 def _band(values: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -87,7 +87,8 @@ def curves_section(params, metrics: Path, figures: Path) -> str:
             curves[objective] = seeds
     if not curves:
         return ""
-    measured = {o: s for o, s in curves.items() if s[0][-1]["loss"] is not None}
+    # the [MASK] measure only: Mac's loss (similar words on its own word units) is another task's
+    measured = {o: s for o, s in curves.items() if s[0][-1]["loss"] is not None and s[0][-1]["measure"] != "mac"}
     if measured:
         _plot(measured, "loss", "held-out MLM loss (nats)", figures / "curves_heldout.png")
     rows = []
@@ -97,6 +98,8 @@ def curves_section(params, metrics: Path, figures: Path) -> str:
             for key in ("loss", "rtd_loss"):
                 values = [s[i][key] for s in seeds if s[i][key] is not None]
                 cells.append(fmt(float(np.mean(values)), 3) if values else "-")
+            if point["measure"] == "mac" and cells[0] != "-":
+                cells[0] += " (*Mac*)"
             rows.append([objective, f"{point['fraction']:g}", fmt(float(np.mean([s[i]["tokens"] for s in seeds])), 0),
                          fmt(float(np.mean([s[i]["seconds"] for s in seeds])), 0),
                          fmt(float(np.mean([s[i]["flops"] or np.nan for s in seeds])) / 1e12, 2), *cells])
@@ -109,7 +112,8 @@ def curves_section(params, metrics: Path, figures: Path) -> str:
             _plot(per, "score", f"{task} test (points)", figures / f"curves_finetuned_{task}.png")
             finetuned.append(task)
             for key, what in (("loss", "MLM"), ("rtd_loss", "RTD")):
-                pairs = [(p[key], p["score"]) for s in per.values() for run in s for p in run if p[key] is not None]
+                pairs = [(p[key], p["score"]) for s in per.values() for run in s for p in run
+                         if p[key] is not None and p["measure"] != "mac"]
                 ranks += _rank(task, f"every model and snapshot ({what} loss)", pairs)
     for task in params.finetune.tasks:  # the end of the budget: does the held-out loss rank the fine-tuned models?
         pairs = [(s[-1]["loss"], _finetuned(metrics, seeded(o, seed), 1.0, task))

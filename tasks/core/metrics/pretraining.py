@@ -166,6 +166,8 @@ class CurvePoint(Record):
     """MLM: the context-free loss, the pretraining corpus's unigram distribution at the same positions (nats)."""
     top_token_accuracy: float = absent()
     """MLM: accuracy (0-1) of predicting the corpus's most frequent token at every masked position."""
+    copy_accuracy: float = absent()
+    """Mac: accuracy (0-1) of copying the similar word's token the model saw at each chosen position."""
     replaced_share: float = absent()
     """ELECTRA: share (0-1) of held-out tokens the generator replaced (its samples that differ)."""
     base_rate_loss: float = absent()
@@ -192,11 +194,13 @@ class CurvesMetrics(Metrics):
     seed: int
     heldout_task: str
     sequences: int
-    measure: Literal["mlm", "rtd"] | None = absent()
-    """The held-out measure: MLM, ELECTRA's replaced-token detection, or none (PerLM predicting
-    positions only, whose MLM head is untrained)."""
+    measure: Literal["mlm", "mac", "rtd"] | None = absent()
+    """The held-out measure: MLM ([MASK] on single tokens), Mac (similar words on its own word units:
+    MLM as correction), ELECTRA's replaced-token detection, or none (PerLM predicting positions
+    only, whose MLM head is untrained)."""
     predictions: int | None
-    """Positions measured: the masked ones (MLM; the same for every model), or every token (RTD)."""
+    """Positions measured: the masked ones (MLM: the same for every model; Mac: the same for every
+    Mac model), or every token (RTD)."""
     points: list[CurvePoint]
 
 
@@ -207,7 +211,8 @@ class SweepSetting(Record):
     overrides: dict[str, float | int]
     """What the setting changes in the objective's recipe."""
     score: float | None
-    """What the choice maximises: minus the held-out MLM loss, or (ELECTRA) the RTD AUC; null without a measure."""
+    """What the choice maximises: minus the held-out MLM loss (Mac: under its own corruption), or (ELECTRA)
+    the RTD AUC; null without a measure."""
     loss: float | None = absent()
     """Held-out MLM cross-entropy on the dev text, nats per masked token."""
     accuracy: float | None = absent()
