@@ -145,7 +145,7 @@ def evaluate_mlm(model: PreTrainedModel, ids: np.ndarray, offsets: np.ndarray, *
         ids, offsets: the sequences in flat layout (:func:`pack_by_language`).
         lang: seeds the masks together with ``seed``: the same positions for every model.
         positions: also return each masked position's measures (for :mod:`tasks.pretraining.gates`).
-        mac: Mac's corruption instead of [MASK] (:func:`mac_corruption`).
+        mac: Mac's corruption instead of [MASK] (:func:`mac_text`).
     Returns:
         ``{"predictions", "loss", "accuracy", "perplexity"}`` (loss in nats per masked token; None
         without a prediction); with ``positions``, ``"positions"``: ``{"losses", "correct",
@@ -306,8 +306,12 @@ def heldout_inputs(params, objective: str, tokenizer: PreTrainedTokenizerBase, d
     :func:`mac_text` when the objective replaces words by similar ones) and the keyword arguments of
     :func:`evaluate_mlm` (seed, mask id, rates, device; ``mac`` for Mac). Params read:
     ``seed``, ``curves.heldout_task``, ``curves.heldout_sequences``, ``pretraining_data``'s
-    ``max_seq_length``, ``masked_lm_prob``, ``max_predictions_per_seq``, and for Mac
-    ``objectives.<objective>``, ``pretraining_data.ngram_probabilities`` and ``segment``."""
+    ``max_seq_length``, ``masked_lm_prob``, ``max_predictions_per_seq``,
+    ``objectives.<objective>.replacement.similar``, and for Mac its ``masking``,
+    ``pretraining_data.ngram_probabilities`` and ``segment``.
+
+    Raises:
+        SourceError: the task's data, or (Mac) the lexicon, is missing."""
     cfg, data = params.curves, params.pretraining_data
     masks = dict(lang=cfg.heldout_task, seed=params.seed, mask_token_id=tokenizer.mask_token_id,
                  masked_lm_prob=data.masked_lm_prob, max_predictions=data.max_predictions_per_seq, device=device)
