@@ -59,6 +59,8 @@ def test_every_objective_is_pretrained_finetuned_and_compared(repo, monkeypatch)
                 f"finetune@{name}-42-sentiment"} <= ran_stages(out), name
     mac = json.loads((repo / "metrics" / "pretraining_data" / "mac-42.json").read_text())
     assert mac["similar_words"] > 0 and 0 <= mac["similar_fallback_rate"] < 1 and mac["mask"] == 0
+    mac_curve = json.loads((repo / "metrics" / "curves" / "mac-42.json").read_text())  # measured as it trains
+    assert mac_curve["measure"] == "mac" and 0 <= mac_curve["points"][-1]["copy_accuracy"] < 1
     perlm = json.loads((repo / "metrics" / "pretrain" / "perlm-42.json").read_text())
     assert perlm["token_target"] == "position"
     sop = json.loads((repo / "metrics" / "pretrain" / "wwm_sop-42.json").read_text())
