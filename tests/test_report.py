@@ -206,6 +206,25 @@ def test_the_recipe_is_what_pretrain_trained_with_the_sweeps_choice_included(par
     assert sweeps_table({"wwm": sweeps["wwm"]}) is None
 
 
+def test_a_mac_curve_is_marked_and_kept_off_the_mlm_plot(tmp_path, monkeypatch):
+    """Mac is measured on similar words, not [MASK]: its loss is shown marked, never plotted or ranked with MLM's."""
+    for kind in ("curves", "pretrain"):
+        (tmp_path / kind).mkdir()
+        run = json.loads((METRICS / kind / "mlm-42.json").read_text())
+        (tmp_path / kind / "mlm-42.json").write_text(json.dumps(run))
+        run["objective"] = "mac"
+        if kind == "curves":
+            run["measure"] = "mac"
+        (tmp_path / kind / "mac-42.json").write_text(json.dumps(run))
+    plotted = []
+    monkeypatch.setattr("tasks.report.curves._plot", lambda curves, *args: plotted.append(set(curves)))
+    params = Params.model_validate({**small_params(), "compare": ["mlm", "wwm", "mac"]})
+    section = curves_section(params, tmp_path, tmp_path)
+    assert plotted == [{"mlm"}]
+    assert "| mac | 1 |" in section and "(*Mac*)" in section.split("| mac | 1 |")[1].splitlines()[0]
+    assert "(*Mac*)" not in section.split("| mlm | 1 |")[1].splitlines()[0]
+
+
 def test_objective_description():
     bert = {"mask": 0.8, "random": 0.1, "keep": 0.1}
     assert describe_objective(Objective(masking="wwm", replacement=bert)) == \
