@@ -17,7 +17,7 @@ from tasks.core.metrics.pretraining import CurvesMetrics
 from tasks.core.params import load_params
 from tasks.core.stage import run_stage
 from tasks.pretraining.heldout import corpus_unigram, heldout_inputs, heldout_point, measure_of
-from tasks.pretraining.modeling import HEADS_INFO, SNAPSHOT_FILE
+from tasks.pretraining.saving import HEADS_INFO, SNAPSHOT_FILE
 from tasks.training.device import resolve_device
 
 

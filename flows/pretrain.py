@@ -18,8 +18,9 @@ from tasks.core.io import atomic_outputs, read_json
 from tasks.core.metrics.base import write_metrics
 from tasks.core.metrics.pretraining import PretrainMetrics
 from tasks.core.params import load_params
-from tasks.pretraining.modeling import (SNAPSHOT_FILE, prepare_model, pretraining_model, resolve_init_from,
-                                        save_pretrained, save_snapshot)
+from tasks.pretraining.init_from import resolve_init_from
+from tasks.pretraining.modeling import prepare_model, pretraining_model
+from tasks.pretraining.saving import SNAPSHOT_FILE, save_pretrained, save_snapshot
 from tasks.pretraining.checkpoint import clear_checkpoint, pretrain_checkpoint
 from tasks.pretraining.examples import PretrainingExamples, objective_masker
 from tasks.pretraining.gates import training_gates

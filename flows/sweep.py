@@ -21,7 +21,8 @@ from tasks.pretraining.checkpoint import checkpoint_fingerprint
 from tasks.pretraining.examples import PretrainingExamples, objective_masker
 from tasks.pretraining.heldout import heldout_inputs
 from tasks.pretraining.masking import masking_config
-from tasks.pretraining.modeling import pretraining_model, resolve_init_from
+from tasks.pretraining.init_from import resolve_init_from
+from tasks.pretraining.modeling import pretraining_model
 from tasks.pretraining.pretraining_data import read_shards
 from tasks.pretraining.recipe import write_choice
 from tasks.pretraining.sweep import choose, run_setting

@@ -9,8 +9,9 @@ import torch
 from transformers import AutoModel, ElectraForMaskedLM, ElectraForPreTraining
 
 from tasks.core.params import ModelSize, Rtd
-from tasks.pretraining.modeling import (GENERATOR_DIR, PretrainingModel, bert_config, electra_configs, new_electra,
-                                        new_masked_lm, replace_tokens, save_pretrained)
+from tasks.pretraining.electra import GENERATOR_DIR, electra_configs, new_electra, replace_tokens
+from tasks.pretraining.modeling import PretrainingModel, bert_config, new_masked_lm
+from tasks.pretraining.saving import save_pretrained
 from tasks.pretraining.pretrain import equal_flops_steps, train
 from tasks.training.batching import BatchSchedule
 from tests.test_pretrain import cfg, tiny_data

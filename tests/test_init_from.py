@@ -16,8 +16,8 @@ from transformers import AlbertConfig, AlbertModel, BertConfig, BertForMaskedLM,
 from tasks.core.errors import ParamsError, SourceError
 from tasks.core.params import ModelSize, load_params
 from tasks.corpus.tokenize import load_vocab_tokenizer
-from tasks.pretraining.modeling import (PretrainingModel, init_masked_lm, prepare_model, pretraining_model,
-                                        resolve_init_from)
+from tasks.pretraining.init_from import init_masked_lm, resolve_init_from
+from tasks.pretraining.modeling import PretrainingModel, prepare_model, pretraining_model
 from tasks.pretraining.checkpoint import pretrain_checkpoint
 from tasks.pretraining.examples import PretrainingExamples
 from tasks.pretraining.pretrain import train

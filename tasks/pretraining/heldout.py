@@ -44,7 +44,7 @@ from tasks.corpus.similar_words import SimilarWords, lexicon_ids, similar_words_
 from tasks.corpus.tokenize import random_token_ids, tokenize_words
 from tasks.pretraining.gates import collapse_gate, mlm_gates, rtd_gates, unigram_log_probs
 from tasks.pretraining.masking import MaskingConfig, mask_batch
-from tasks.pretraining.modeling import GENERATOR_DIR, replace_tokens
+from tasks.pretraining.electra import GENERATOR_DIR, replace_tokens
 from tasks.pretraining.packing import pack_documents
 from tasks.training.batching import pad_batch
 

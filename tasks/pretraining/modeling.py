@@ -1,36 +1,31 @@
-"""BERT and ELECTRA encoders: configuration, devices, the pretraining heads, their losses and FLOPs.
+"""BERT encoders for pretraining: configuration, the pretraining heads and their losses, which model
+an objective trains, and the GPU options.
 
 The encoder and its MLM head are a plain Hugging Face ``BertForMaskedLM``, so
 every saved model loads with ``AutoModelForMaskedLM`` / ``AutoModel`` and any
 fine-tuning head. The other pretraining heads (PerLM positions, SpanBERT's SBO, NSP/SOP) live
-beside it in :class:`PretrainingModel` and are saved to their own file (:func:`save_pretrained`).
-ELECTRA (:class:`ElectraPretrainingModel`) saves its discriminator as an ``ElectraForPreTraining``
-(``AutoModel`` gives its encoder) and its generator beside it, in ``generator/``.
+beside it in :class:`PretrainingModel` and are saved to their own file
+(:func:`tasks.pretraining.saving.save_pretrained`). ELECTRA: :mod:`tasks.pretraining.electra`.
 
 The encoder starts random (``model.preset``'s size) or from a checkpoint
-(``pretrain.init_from``: :func:`resolve_init_from`, :func:`init_masked_lm`), and
-:func:`prepare_model` applies the GPU options (TF32, activation checkpointing, compile).
+(``pretrain.init_from``: :mod:`tasks.pretraining.init_from`), and :func:`prepare_model` applies the
+GPU options (TF32, activation checkpointing, compile).
 """
 
 from __future__ import annotations
 
-import math
-import os
 from pathlib import Path
 
 import numpy as np
 import torch
 import torch.nn.functional as F
-from safetensors.torch import save_file
 from torch import nn
-from transformers import (AutoConfig, BertConfig, BertForMaskedLM, ElectraConfig, ElectraForMaskedLM,
-                          ElectraForPreTraining)
+from transformers import BertConfig, BertForMaskedLM
 
-from tasks.core import paths
-from tasks.core.errors import ParamsError, SourceError
-from tasks.core.io import atomic_outputs, write_json
-from tasks.core.model_dir import load_model, load_tokenizer
 from tasks.core.params import ModelSize, Pretrain
+from tasks.pretraining.electra import ElectraPretrainingModel, new_electra
+from tasks.pretraining.flops import encoder_flops
+from tasks.pretraining.init_from import init_masked_lm
 from tasks.pretraining.initialization import init_positions
 from tasks.training.device import set_tf32
 
@@ -269,128 +264,6 @@ class PretrainingModel(nn.Module):
         return 3.0 * (encoder_flops(c, lengths) + heads)
 
 
-GENERATOR_DIR = "generator"  # ELECTRA's generator, beside the discriminator in the model folder
-
-
-def mlm_flops(config, lengths: np.ndarray, predicted: int) -> float:
-    """Model FLOPs of one MLM training step (:meth:`PretrainingModel.flops` of a plain MLM with an
-    encoder of ``config``'s size): the reference of the ``mlm_flops`` budget."""
-    h = config.hidden_size
-    return 3.0 * (encoder_flops(config, lengths) + predicted * 2 * (h * h + h * config.vocab_size))
-
-
-def replace_tokens(ids: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, sampled: torch.Tensor,
-                   labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """ELECTRA's discriminator input and targets: ``ids`` (``int64 [B, L]``) with the generator's
-    ``sampled`` tokens at ``rows, cols`` (``int64 [M]``), and ``bool [B, L]`` True where a token was
-    replaced: a sample equal to the original (``labels``) counts as original (Clark et al. 2020, §2)."""
-    corrupted = ids.clone()
-    corrupted[rows, cols] = sampled
-    replaced = torch.zeros_like(ids, dtype=torch.bool)
-    replaced[rows, cols] = sampled != labels
-    return corrupted, replaced
-
-
-class ElectraPretrainingModel(nn.Module):
-    """ELECTRA's replaced-token detection (Clark et al. 2020, ICLR, §2; reference
-    ``google-research/electra``, ``run_pretraining.py``).
-
-    A small generator (an MLM) predicts the masked positions; its samples replace them (no
-    gradient flows through the sampling); the discriminator classifies every non-padding token as
-    original or replaced, a sampled token equal to the original counting as original. Loss = MLM
-    loss + λ · RTD loss (binary cross-entropy averaged over the tokens). Generator and
-    discriminator share the token, position and token-type embeddings (one module, §3.2).
-
-    Args:
-        discriminator: the ``ElectraForPreTraining`` that is pretrained (the saved artifact).
-        generator: an ``ElectraForMaskedLM`` with the discriminator's ``embedding_size``; its
-            embeddings are replaced by the discriminator's and its output layer tied to them.
-        rtd_weight: λ.
-    """
-
-    def __init__(self, discriminator: ElectraForPreTraining, generator: ElectraForMaskedLM, rtd_weight: float = 50.0):
-        super().__init__()
-        generator.electra.embeddings = discriminator.electra.embeddings
-        generator.generator_lm_head.weight = discriminator.electra.embeddings.word_embeddings.weight
-        self.discriminator, self.generator, self.rtd_weight = discriminator, generator, rtd_weight
-        self.full_targets = False
-
-    @property
-    def hf(self) -> ElectraForPreTraining:
-        return self.discriminator
-
-    def saved(self) -> dict[str, nn.Module]:
-        return {"": self.discriminator, GENERATOR_DIR: self.generator}
-
-    unused_parameters = False
-    heldout = "rtd"  # the discriminator has no MLM head: held-out replaced-token detection
-
-    def predictions(self, batch: dict[str, torch.Tensor]) -> int:
-        """The generator's predictions of a batch: the chosen positions."""
-        return len(batch["labels"])
-
-    def losses(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, dict]:
-        """``(mlm_loss, rtd_loss, parts)``: the generator's MLM loss at the chosen positions, the
-        discriminator's mean binary cross-entropy over the non-padding tokens, and the detached
-        ``token_loss``, ``token_correct`` (generator), ``rtd_loss``, ``rtd_correct`` (discriminator,
-        tokens classified right). Batch as :meth:`PretrainingModel.forward` (no sentence labels)."""
-        ids, mask, types = batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]
-        rows, cols, labels = batch["rows"], batch["cols"], batch["labels"]
-        g = self.generator
-        hidden = g.electra(input_ids=ids, attention_mask=mask, token_type_ids=types).last_hidden_state
-        logits = g.generator_lm_head(g.generator_predictions(hidden[rows, cols])).float()
-        mlm_loss = F.cross_entropy(logits, labels)
-        with torch.no_grad():
-            sampled = torch.multinomial(F.softmax(logits, dim=-1), 1).squeeze(1)
-            corrupted, replaced = replace_tokens(ids, rows, cols, sampled, labels)
-        scores = self.discriminator(input_ids=corrupted, attention_mask=mask, token_type_ids=types).logits
-        valid = mask.bool()
-        rtd_loss = F.binary_cross_entropy_with_logits(scores[valid].float(), replaced[valid].float())
-        parts = {"token_loss": mlm_loss.detach(), "token_correct": (logits.argmax(-1) == labels).sum(),
-                 "rtd_loss": rtd_loss.detach(), "rtd_correct": ((scores[valid] > 0) == replaced[valid]).sum()}
-        return mlm_loss, rtd_loss, parts
-
-    def forward(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """``(loss, parts)`` as :meth:`PretrainingModel.forward`: ``mlm_loss · token_weight +
-        λ · rtd_loss · position_weight`` (the weights: the micro-batch's shares of the global batch's
-        predictions and tokens under gradient accumulation, else 1)."""
-        mlm_loss, rtd_loss, parts = self.losses(batch)
-        rtd_loss = rtd_loss * batch.get("position_weight", 1.0)
-        parts["rtd_loss"] = rtd_loss.detach()
-        return mlm_loss * batch.get("token_weight", 1.0) + self.rtd_weight * rtd_loss, parts
-
-    def extra_heads(self) -> dict[str, torch.Tensor]:
-        return {}
-
-    def flops(self, lengths: np.ndarray, predicted: int) -> float:
-        """Model FLOPs of one training step, counted as :meth:`PretrainingModel.flops`: the
-        discriminator's encoder and its head on every token (dense and a 1-way output), the
-        generator's encoder with its embedding projection on every token, and its head (dense to
-        the embedding size, then the vocabulary) at the ``predicted`` positions; times 3."""
-        d, g = self.discriminator.config, self.generator.config
-        tokens = float(np.sum(lengths))
-        disc = encoder_flops(d, lengths) + tokens * 2 * (d.hidden_size ** 2 + d.hidden_size)
-        gen = encoder_flops(g, lengths) + tokens * 2 * g.embedding_size * g.hidden_size * (
-            g.embedding_size != g.hidden_size) + predicted * 2 * (g.hidden_size * g.embedding_size
-                                                                  + g.embedding_size * g.vocab_size)
-        return 3.0 * (disc + gen)
-
-
-def encoder_flops(config: BertConfig, lengths: np.ndarray) -> float:
-    """Forward FLOPs of a BERT encoder on sequences of ``lengths`` tokens (``int [B]``), counted
-    from the config as MFU counts them (a multiply-add is 2 FLOPs; Kaplan et al. 2020, §2.1;
-    PaLM, appendix B): per token and layer, the Q, K, V and output projections ``2·4·H²``, the FFN
-    ``2·2·H·I``, and the attention scores and their weighted sum ``2·2·T·H`` over its row's ``T``
-    tokens; embeddings, LayerNorm and softmax are left out.
-
-    Returns:
-        FLOPs (a float: bert-base steps exceed 2^53 only after 10^5 of them).
-    """
-    h, i, layers = config.hidden_size, config.intermediate_size, config.num_hidden_layers
-    lengths = np.asarray(lengths, dtype=np.float64)
-    return float(layers * (lengths.sum() * 2 * (4 * h * h + 2 * h * i) + (lengths ** 2).sum() * 4 * h))
-
-
 def pretraining_model(params, spec, masking, tokenizer, seed: int, init_folder: Path | None = None
                       ) -> PretrainingModel | ElectraPretrainingModel:
     """The encoder to pretrain for ``tokenizer``, with the heads of objective ``spec`` under ``masking``.
@@ -416,151 +289,6 @@ def pretraining_model(params, spec, masking, tokenizer, seed: int, init_folder: 
                             full_targets=spec.permutation.targets == "full", sbo=spec.sbo)
 
 
-def electra_configs(size: ModelSize, generator_size: float, vocab_size: int, max_seq_length: int,
-                    pad_token_id: int = 0) -> tuple[ElectraConfig, ElectraConfig]:
-    """``(discriminator, generator)`` configurations: the discriminator of ``size`` (embeddings of
-    its hidden size), the generator with ``generator_size`` of its hidden size, FFN size and heads
-    (ELECTRA's ``generator_hidden_size``, §3.2; at least one head) and the same embeddings."""
-    common = dict(vocab_size=vocab_size, embedding_size=size.hidden_size, num_hidden_layers=size.num_hidden_layers,
-                  hidden_dropout_prob=size.hidden_dropout_prob,
-                  attention_probs_dropout_prob=size.attention_probs_dropout_prob,
-                  max_position_embeddings=max_seq_length, type_vocab_size=2, pad_token_id=pad_token_id)
-    heads = max(1, round(size.num_attention_heads * generator_size))
-    hidden = max(heads, round(size.hidden_size * generator_size / heads) * heads)
-    return (ElectraConfig(hidden_size=size.hidden_size, num_attention_heads=size.num_attention_heads,
-                          intermediate_size=size.intermediate_size, **common),
-            ElectraConfig(hidden_size=hidden, num_attention_heads=heads,
-                          intermediate_size=max(1, round(size.intermediate_size * generator_size)), **common))
-
-
-def new_electra(size: ModelSize, rtd, vocab_size: int, max_seq_length: int, pad_token_id: int,
-                seed: int) -> ElectraPretrainingModel:
-    """A randomly initialised ELECTRA (normal, std 0.02; positions and the locality prior of both
-    encoders as :func:`new_masked_lm`) with the generator of ``rtd.generator_size`` and λ = ``rtd.weight``."""
-    disc_config, gen_config = electra_configs(size, rtd.generator_size, vocab_size, max_seq_length, pad_token_id)
-    torch.manual_seed(seed)
-    discriminator, generator = ElectraForPreTraining(disc_config), ElectraForMaskedLM(gen_config)
-    init_positions(discriminator.electra.embeddings, [discriminator.electra, generator.electra],
-                   amplitude=size.sinusoidal_position_amplitude, local_layers=size.local_attention_layers,
-                   local_strength=size.local_attention_strength,
-                   head_size=disc_config.hidden_size // disc_config.num_attention_heads)
-    return ElectraPretrainingModel(discriminator, generator, rtd.weight)
-
-
-# --------------------------------------------------------------------------- pretrain.init_from
-
-# Files fetched for a hub id: config, vocabulary and weights, not the TF/Flax/ONNX copies.
-HUB_PATTERNS = ["*.json", "*.txt", "*.model", "*.safetensors", "pytorch_model*.bin"]
-
-
-def _hub_offline() -> bool:
-    """Whether ``HF_HUB_OFFLINE`` forbids the hub (huggingface_hub's truthy spellings)."""
-    return os.environ.get("HF_HUB_OFFLINE", "").strip().upper() in {"1", "ON", "YES", "TRUE"}
-
-
-def resolve_init_from(name: str | None, params, models: Path = paths.MODELS) -> Path | None:
-    """The checkpoint folder that ``pretrain.init_from = name`` designates; the one place
-    where its four kinds of name are told apart, in this order:
-
-    1. a ``hub_models`` name or a pipeline model (``<objective>-<seed>``, ``random-<seed>``):
-       ``models/<name>``, written by stage ``import_model@<name>``, ``pretrain@<name>`` or
-       ``init_random@<seed>``;
-    2. an existing local folder;
-    3. otherwise a hub id (``owner/model``), downloaded to the Hugging Face cache (only the
-       files of :data:`HUB_PATTERNS`) when ``HF_HUB_OFFLINE=0``.
-
-    Returns:
-        The folder, or None for ``name=None`` (random init).
-    Raises:
-        SourceError: (naming ``pretrain.init_from``) a declared model whose folder is not built
-            yet (with the stage to run), a name that is none of the above while offline, or a
-            hub download that fails.
-    """
-    if name is None:
-        return None
-    where = f"pretrain.init_from: {name!r}"
-    procedure, seed = paths.procedure_of(name)
-    if name in params.hub_models or (seed is not None and (procedure in params.objectives or procedure == "random")):
-        folder = models / name
-        if not folder.is_dir():  # init_from is never pretrained by this run (Params): the folder is an earlier run's
-            how = (f"run `dvc repro import_model@{name}` first" if name in params.hub_models
-                   else f"run `dvc repro init_random@{seed}` first" if procedure == "random"
-                   else f"pretrain it first (with {procedure} in compare and {seed} in pretrain.seeds)")
-            raise SourceError(f"{where}: {folder} does not exist yet; {how}")
-        return folder
-    if Path(name).is_dir():
-        return Path(name)
-    if _hub_offline():
-        raise SourceError(f"{where} is not a hub_models name, a pipeline model or an existing folder; as a hub id "
-                          "it needs the network: run with HF_HUB_OFFLINE=0")
-    from huggingface_hub import snapshot_download
-
-    try:
-        return Path(snapshot_download(repo_id=name, allow_patterns=HUB_PATTERNS))
-    except Exception as exc:  # HTTP, repository-not-found and validation errors of huggingface_hub
-        line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise SourceError(f"{where}: cannot download it from the hub ({line})") from None
-
-
-def init_masked_lm(folder: Path, tokenizer, max_seq_length: int, seed: int,
-                   vocab_setting: str = "train") -> tuple[BertForMaskedLM, bool]:
-    """A ``BertForMaskedLM`` with the weights and the size (``config.json``) of the BERT
-    checkpoint in ``folder``, to continue pretraining it.
-
-    The checkpoint's MLM head is kept when it has one. A ``BertModel`` without one (e.g.
-    m3e-small) gets a fresh head: transform at BERT's init (normal, std 0.02; seeded with
-    ``seed``), output bias 0, decoder tied to the word embeddings as in BERT; HFL likewise
-    started Chinese BERT-wwm from BERT-base-chinese's weights (Cui et al. 2021, "Pre-Training
-    with Whole Word Masking for Chinese BERT", pretraining setup).
-    Loading goes through :func:`tasks.core.model_dir.load_model` (weights checked first;
-    safetensors, or ``.bin`` read with ``weights_only``: unpickling runs no code).
-
-    Args:
-        tokenizer: the tokenizer that tokenized the pretraining data (``models/tokenizer``).
-        max_seq_length: ``pretraining_data.max_seq_length`` (tokens).
-        vocab_setting: ``tokenizer.vocab``, named in the mismatch error.
-    Returns:
-        ``(model, had_mlm_head)``.
-    Raises:
-        SourceError: no readable BERT checkpoint in ``folder`` (missing or corrupt config,
-            weights or tokenizer, another model type, encoder weights missing or misshapen).
-        ParamsError: its vocabulary differs from ``tokenizer``'s, or it has fewer position
-            embeddings than ``max_seq_length``.
-    """
-    where = f"pretrain.init_from: {folder}"
-    try:
-        config = AutoConfig.from_pretrained(folder)
-    except (OSError, ValueError) as exc:
-        raise SourceError(f"{where}: no readable config.json ({str(exc).strip().splitlines()[0][:200]})") from None
-    if config.model_type != "bert":
-        raise SourceError(f"{where} is a {config.model_type!r} model; only BERT checkpoints (model_type bert) "
-                          "can be continued")
-    if config.max_position_embeddings < max_seq_length:
-        raise ParamsError(f"{where} has {config.max_position_embeddings} position embeddings, fewer than "
-                          f"pretraining_data.max_seq_length {max_seq_length}; lower it to "
-                          f"{config.max_position_embeddings} or use another checkpoint")
-    try:
-        theirs = load_tokenizer(folder).get_vocab()
-    except SourceError as exc:
-        raise SourceError(f"pretrain.init_from: {exc}") from None
-    if theirs != tokenizer.get_vocab() or config.vocab_size < len(tokenizer):
-        raise ParamsError(f"{where} has a vocabulary of {len(theirs)} tokens that differs from the {len(tokenizer)} "
-                          f"of {paths.TOKENIZER} (tokenizer.vocab: {vocab_setting}), which tokenized the pretraining "
-                          "data; set tokenizer.vocab to the source holding the checkpoint's vocab.txt (bert_vocab "
-                          "for Chinese BERT checkpoints) and rerun")
-    torch.manual_seed(seed)  # the fresh head, if any, is drawn here: same seed, same weights
-    try:
-        model, info = load_model(folder, lambda loc: BertForMaskedLM.from_pretrained(loc, output_loading_info=True))
-    except SourceError as exc:
-        raise SourceError(f"pretrain.init_from: {exc}") from None
-    missing = [k for k in info["missing_keys"] if not k.startswith("cls.")]
-    if missing or info.get("mismatched_keys"):
-        bad = (missing or [str(k) for k in info["mismatched_keys"]])[0]
-        raise SourceError(f"{where}: the checkpoint does not fit its own config ({len(missing)} encoder weights "
-                          f"missing, {len(info.get('mismatched_keys') or [])} of another shape, e.g. {bad})")
-    return model, not any(k.startswith("cls.") for k in info["missing_keys"])
-
-
 def prepare_model(model: PretrainingModel | ElectraPretrainingModel, cfg: Pretrain, device: torch.device
                   ) -> PretrainingModel | ElectraPretrainingModel:
     """Apply ``cfg``'s GPU options to ``model`` before :func:`tasks.pretraining.pretrain.train`.
@@ -584,33 +312,3 @@ def prepare_model(model: PretrainingModel | ElectraPretrainingModel, cfg: Pretra
     return model
 
 
-SNAPSHOT_FILE = "snapshot.json"  # beside a snapshot's weights: when it was taken (save_snapshot)
-HEADS_FILE = "pretraining_heads.safetensors"  # PerLM / SBO / NSP / SOP heads, not part of the Hugging Face model
-HEADS_INFO = "pretraining.json"  # beside the weights: {"heldout": "mlm" | "rtd" | null}, the held-out measure it has
-
-
-def save_snapshot(model: PretrainingModel | ElectraPretrainingModel, tokenizer, folder: Path, fraction: float,
-                  at: dict) -> None:
-    """Keep ``model`` as it is at ``fraction`` of its budget (:func:`save_pretrained`), atomically,
-    in ``folder/<fraction>`` (a model folder like the final one) with ``snapshot.json`` (``fraction``,
-    ``step``, ``tokens``, ``flops``: :data:`tasks.pretraining.pretrain.Snapshot`); its wall-clock
-    ``seconds``, which differ from run to run, go beside it (``<fraction>.timing.json``), out of the
-    model folder that DVC hashes."""
-    at = dict(at)
-    with atomic_outputs(folder / f"{fraction:g}", folder / f"{fraction:g}.timing.json") as (out, timing):
-        save_pretrained(model, tokenizer, out)
-        write_json(timing, {"seconds": at.pop("seconds")})
-        write_json(out / SNAPSHOT_FILE, {"fraction": fraction, **at})
-
-
-def save_pretrained(model: PretrainingModel | ElectraPretrainingModel, tokenizer, folder: Path) -> None:
-    """The Hugging Face model(s) with ``tokenizer`` in ``folder`` (ELECTRA: the discriminator, and
-    its generator in :data:`GENERATOR_DIR`), and the model's other heads (if any) beside them in
-    :data:`HEADS_FILE`, and which held-out measure it has (:mod:`tasks.pretraining.heldout`) in
-    :data:`HEADS_INFO`."""
-    for sub, hf in model.saved().items():
-        hf.save_pretrained(folder / sub)
-        tokenizer.save_pretrained(folder / sub)
-    write_json(folder / HEADS_INFO, {"heldout": model.heldout})
-    if heads := model.extra_heads():
-        save_file({k: v.contiguous() for k, v in heads.items()}, folder / HEADS_FILE)

@@ -30,7 +30,9 @@ from tasks.core.params import Pretrain
 from tasks.core.stage import stage_task
 from tasks.pretraining.checkpoint import exclusive, load_checkpoint, save_checkpoint
 from tasks.pretraining.examples import PretrainingExamples, micro_batches
-from tasks.pretraining.modeling import ElectraPretrainingModel, PretrainingModel, mlm_flops
+from tasks.pretraining.electra import ElectraPretrainingModel
+from tasks.pretraining.flops import mlm_flops
+from tasks.pretraining.modeling import PretrainingModel
 from tasks.training.batching import BatchSchedule
 from tasks.training.device import autocast, to_device
 from tasks.training.distributed import Ranks, wrap
@@ -69,7 +71,7 @@ def total_steps_for(budget_tokens: int, batch_size: int, mean_length: float) -> 
 
 def equal_flops_steps(model, data: PretrainingExamples, schedule: BatchSchedule, token_steps: int) -> int:
     """The ``mlm_flops`` budget: the steps after which ``model`` has spent the model FLOPs that an
-    MLM with an encoder of its size (:func:`tasks.pretraining.modeling.mlm_flops`) spends in
+    MLM with an encoder of its size (:func:`tasks.pretraining.flops.mlm_flops`) spends in
     ``token_steps`` steps of the same batches (the schedule is a pure function of the seed, so an
     MLM of the same seed trains on these very batches). Equal within one step's FLOPs (ELECTRA's
     comparisons at equal compute, Clark et al. 2020, §3.3)."""

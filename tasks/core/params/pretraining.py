@@ -216,7 +216,7 @@ class Pretrain(_Strict):
     snapshots: list[float] = Field(description="fractions of the budget at which the model is also kept "
                                                "(models/<name>/snapshots/<fraction>), for the score-for-compute curves")
     init_from: str | None = Field(None, description="null = random init; else a checkpoint to continue "
-                                                    "(tasks.pretraining.modeling.resolve_init_from)")
+                                                    "(tasks.pretraining.init_from.resolve_init_from)")
     token_budget: int = Field(ge=1, description="non-padding tokens to train on")
     batch_size: int = Field(ge=1, description="global batch: examples per optimizer step over all processes and "
                                               "accumulation steps")

@@ -1,0 +1,46 @@
+"""A pretrained model on disk: the Hugging Face model(s) with the tokenizer, the other pretraining heads
+beside them, which held-out measure it has, and the snapshots kept at fractions of the budget."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from safetensors.torch import save_file
+
+from tasks.core.io import atomic_outputs, write_json
+
+if TYPE_CHECKING:
+    from tasks.pretraining.electra import ElectraPretrainingModel
+    from tasks.pretraining.modeling import PretrainingModel
+
+SNAPSHOT_FILE = "snapshot.json"  # beside a snapshot's weights: when it was taken (save_snapshot)
+HEADS_FILE = "pretraining_heads.safetensors"  # PerLM / SBO / NSP / SOP heads, not part of the Hugging Face model
+HEADS_INFO = "pretraining.json"  # beside the weights: {"heldout": "mlm" | "rtd" | null}, the held-out measure it has
+
+
+def save_snapshot(model: PretrainingModel | ElectraPretrainingModel, tokenizer, folder: Path, fraction: float,
+                  at: dict) -> None:
+    """Keep ``model`` as it is at ``fraction`` of its budget (:func:`save_pretrained`), atomically,
+    in ``folder/<fraction>`` (a model folder like the final one) with ``snapshot.json`` (``fraction``,
+    ``step``, ``tokens``, ``flops``: :data:`tasks.pretraining.pretrain.Snapshot`); its wall-clock
+    ``seconds``, which differ from run to run, go beside it (``<fraction>.timing.json``), out of the
+    model folder that DVC hashes."""
+    at = dict(at)
+    with atomic_outputs(folder / f"{fraction:g}", folder / f"{fraction:g}.timing.json") as (out, timing):
+        save_pretrained(model, tokenizer, out)
+        write_json(timing, {"seconds": at.pop("seconds")})
+        write_json(out / SNAPSHOT_FILE, {"fraction": fraction, **at})
+
+
+def save_pretrained(model: PretrainingModel | ElectraPretrainingModel, tokenizer, folder: Path) -> None:
+    """The Hugging Face model(s) with ``tokenizer`` in ``folder`` (ELECTRA: the discriminator, and
+    its generator in :data:`tasks.pretraining.electra.GENERATOR_DIR`), and the model's other heads (if any) beside them in
+    :data:`HEADS_FILE`, and which held-out measure it has (:mod:`tasks.pretraining.heldout`) in
+    :data:`HEADS_INFO`."""
+    for sub, hf in model.saved().items():
+        hf.save_pretrained(folder / sub)
+        tokenizer.save_pretrained(folder / sub)
+    write_json(folder / HEADS_INFO, {"heldout": model.heldout})
+    if heads := model.extra_heads():
+        save_file({k: v.contiguous() for k, v in heads.items()}, folder / HEADS_FILE)
