@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from tasks.corpus.similar_words import SimilarWords
-from tasks.pretraining.masking import (MaskingConfig, corrupt, mask_batch, prediction_budget, select_ngrams,
-                                       select_units, unit_ids_for)
+from tasks.pretraining.masking import MaskingConfig, corrupt, mask_batch
+from tasks.pretraining.selection import prediction_budget, select_ngrams, select_units, unit_ids_for
 
 MASK, CLS, SEP = 103, 101, 102
 RANDOM_IDS = np.arange(1000, 21128, dtype=np.int32)
@@ -160,7 +160,7 @@ def test_mlm_chooses_the_first_visited_tokens(batch):
 
 def test_visits_break_ties_by_index():
     """Tied priorities are visited in index order, a tie across the window edges included."""
-    from tasks.pretraining.masking import _select_units_rows
+    from tasks.pretraining.selection import _select_units_rows
 
     units = np.array([[0, 1, 2, 3, 4]] * 3)
     priority = np.array([[0.5, 0.2, 0.5, 0.9, 0.99], [0.3, 0.3, 0.3, 0.1, 0.99], [0.3, 0.3, 0.3, 0.1, 0.99]])
@@ -443,7 +443,7 @@ def test_selection_matches_the_rules_row_by_row(batch, scheme, rate):
 
 
 def test_shuffle_within_rows_is_lexsort():
-    from tasks.pretraining.masking import _shuffle_within_rows
+    from tasks.pretraining.selection import _shuffle_within_rows
 
     rng = np.random.default_rng(0)
     rows = np.sort(rng.integers(0, 50, 700))

@@ -45,7 +45,7 @@ def test_ngram_granularity_keeps_tokens_within_their_masked_span():
     ids, words = synthetic_batch(n=300, seed=5)
     cfg = MaskingConfig(scheme="ngram", mask=0, random=0, permute=1.0, keep=0.0, granularity="ngram")
     out = mask_batch(ids, words, cfg, np.random.default_rng(1), mask_token_id=MASK, random_token_ids=RANDOM_IDS)
-    from tasks.pretraining.masking import prediction_budget, select_ngrams
+    from tasks.pretraining.selection import prediction_budget, select_ngrams
 
     spans = select_ngrams(words, prediction_budget((words >= 0).sum(1), 0.15, 20), np.random.default_rng(1))
     rows, cols = np.nonzero(out.chosen)

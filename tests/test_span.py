@@ -8,9 +8,10 @@ import torch
 from scipy import stats
 from transformers import BertConfig, BertForMaskedLM
 
-from tasks.pretraining.masking import MaskingConfig, mask_batch, prediction_budget, select_spans
+from tasks.pretraining.masking import MaskingConfig, mask_batch
 from tasks.pretraining.modeling import PretrainingModel, span_boundaries
 from tasks.pretraining.packing import cut_points, pack_documents
+from tasks.pretraining.selection import prediction_budget, select_spans
 from tests.test_masking import MASK, RANDOM_IDS, synthetic_batch
 
 SPAN = MaskingConfig(scheme="span", mask=0.8, random=0.1, keep=0.1)

@@ -19,7 +19,8 @@ from tasks.core.errors import SourceError
 from tasks.core.rng import named_rng
 from tasks.corpus.similar_words import SimilarWords, similar_words_from_table
 from tasks.corpus.tokenize import random_token_ids
-from tasks.pretraining.masking import MaskingConfig, mask_batch, prediction_budget
+from tasks.pretraining.masking import MaskingConfig, mask_batch
+from tasks.pretraining.selection import prediction_budget
 from tasks.training.batching import RaggedTake, pad_batch, ragged
 from tasks.training.distributed import Ranks, split_batch
 
@@ -130,7 +131,7 @@ class PretrainingExamples:
     @property
     def predictions(self) -> np.ndarray:
         """``int64 [N]`` token predictions per example: the stored ones (static), or the budget the
-        masker draws them for (dynamic: :func:`tasks.pretraining.masking.prediction_budget`)."""
+        masker draws them for (dynamic: :func:`tasks.pretraining.selection.prediction_budget`)."""
         if self.masker is None:
             return np.concatenate([np.diff(o) for o in self.label_offsets]).astype(np.int64)
         maskable = []
