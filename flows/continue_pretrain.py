@@ -1,12 +1,10 @@
-"""Stage ``continue_pretrain@<mixture>``: continue MLM pretraining of ``multilingual.base_model``
-on a resampled mixture with the extended vocabulary, and evaluate MLM accuracy and perplexity
-per language on held-out text, before (base model, embeddings resized) and after."""
+"""Stage ``continue_pretrain@<mixture>``: continue MLM pretraining of ``multilingual.base_model`` on a resampled
+mixture with the extended vocabulary; MLM accuracy and perplexity per language on held-out text, before and after."""
 
 import sys
 from functools import partial
 
 import pyarrow.parquet as pq
-import torch
 from prefect import flow, get_run_logger
 from transformers import AutoTokenizer
 
@@ -16,21 +14,20 @@ from tasks.core.metrics.base import write_metrics
 from tasks.core.metrics.multilingual import ContinuePretrainMetrics
 from tasks.core.params import load_params
 from tasks.multilingual.continue_pretrain import (continue_checkpoint, evaluate_heldout, mixture_examples, pack_table,
-                                                  resized_base_model)
-from tasks.multilingual.fast_mlm import FastMLM, language_vocabularies
+                                                  resized_base_model, trainee_for)
 from tasks.multilingual.multilingual import read_documents
 from tasks.pretraining.checkpoint import clear_checkpoint
-from tasks.pretraining.modeling import PretrainingModel, prepare_model
+from tasks.pretraining.modeling import prepare_model
 from tasks.pretraining.pretrain import train, write_log
 from tasks.training.distributed import join_process_group, run_training_stage
 
 
 @flow(name="continue_pretrain")
 def continue_pretrain(mixture: str) -> None:
-    params = load_params()
+    params, logger = load_params(), get_run_logger()
     spec, data_cfg, seed = params.multilingual, params.pretraining_data, params.seed
-    spec.mixture(mixture)  # a ParamsError for an unknown name, before any work
-    logger = get_run_logger()
+    cfg = params.pretrain.model_copy(update=spec.pretrain.model_dump(exclude={"fast_mlm"}))
+    checkpoint, fingerprint = continue_checkpoint(params, mixture, cfg)  # a ParamsError for an unknown mixture
     tokenizer = AutoTokenizer.from_pretrained(paths.MULTILINGUAL_TOKENIZER)
     model, old_vocab = resized_base_model(paths.MODELS / spec.base_model, len(tokenizer), seed)
     ranks, device = join_process_group(params.pretrain.device, "pretrain.device")  # a DDP rank under torchrun
@@ -40,26 +37,22 @@ def continue_pretrain(mixture: str) -> None:
     before = evaluate("before")
     data, langs = mixture_examples(tokenizer, pq.read_table(paths.MIXTURES / f"{mixture}.parquet"), mixture,
                                    data_cfg, seed)
-    cfg = params.pretrain.model_copy(update=spec.pretrain.model_dump(exclude={"fast_mlm"}))
-    checkpoint, fingerprint = continue_checkpoint(params, mixture, cfg)
     logger.info(f"{mixture}: {len(data)} sequences, vocabulary {old_vocab} -> {len(tokenizer)}, device {device}")
-    vocabularies = language_vocabularies(data, len(langs)) if spec.pretrain.fast_mlm else None
-    trainee = FastMLM(model, vocabularies) if vocabularies else PretrainingModel(model)
-    trainee = prepare_model(trainee, cfg, device)  # TF32, activation checkpointing, compile
-    summary = train(trainee, data, cfg, seed=seed, device=device, checkpoint=checkpoint, fingerprint=fingerprint, log=logger.info,
-                    ranks=ranks)
+    trainee, vocabularies = trainee_for(model, data, len(langs), spec.pretrain.fast_mlm)
+    summary = train(prepare_model(trainee, cfg, device), data, cfg, seed=seed, device=device, checkpoint=checkpoint,
+                    fingerprint=fingerprint, log=logger.info, ranks=ranks)
     if not ranks.is_main:  # rank 0 evaluates and writes the outputs
         return
-    rows, heldout_scores = summary.pop("rows"), {"before": before, "after": evaluate("after", before=before)}
+    heldout_scores = {"before": before, "after": evaluate("after", before=before)}
     with atomic_outputs(paths.CONTINUED / mixture, paths.stage_metrics("continue_pretrain", mixture),
                         paths.stage_metrics("continue_pretrain", mixture, ".csv")) as (out, metrics, log_csv):
-        model.save_pretrained(out)
-        tokenizer.save_pretrained(out)
+        for part in (model, tokenizer):
+            part.save_pretrained(out)
+        write_log(log_csv, summary.pop("rows"))
         write_metrics(metrics, ContinuePretrainMetrics(
             **summary, mixture=mixture, base_model=spec.base_model, vocab_size_before=old_vocab,
-            vocab_size=len(tokenizer), sequences=len(data), threads=torch.get_num_threads(), heldout=heldout_scores,
+            vocab_size=len(tokenizer), sequences=len(data), heldout=heldout_scores,
             **({"fast_mlm_vocab": dict(zip(langs, map(len, vocabularies)))} if vocabularies else {})))
-        write_log(log_csv, rows)
     clear_checkpoint(checkpoint)
 
 

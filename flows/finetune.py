@@ -1,15 +1,8 @@
 """Stages ``finetune@<objective>-<seed>-<task>``, ``finetune_random@<seed>-<task>``,
-``finetune_baseline@<model>-<task>`` and ``finetune_snapshot@...``: fine-tune one model on one
-downstream task with several seeds; write per-seed scores, their summary (mean, std, max), the
-predictions (per example: the statistics of the report resample them) and the fine-tuned models
-(the teachers and pruned models of the compression stages) with their scores (``scores.json``,
-reused by those stages), in ``results/finetune/<model>-<task>``.
-
-``<model>`` names a model folder (:func:`tasks.core.paths.model_dir`: ``<objective>-<seed>``,
-``random-<seed>``, a hub model, or a snapshot ``<name>@<fraction>``); ``<task>`` a task of
-``params.yaml``. Each fine-tuning seed fine-tunes from the same checkpoint with its own head
-initialisation and data order; on CPU ``finetune.seed_workers`` processes run the seeds side by side.
-"""
+``finetune_baseline@<model>-<task>`` and ``finetune_snapshot@...``: fine-tune one model
+(:func:`tasks.core.paths.model_dir`) on one downstream task with every fine-tuning seed (side by side on CPU:
+``finetune.seed_workers``); per-seed scores, their summary, predictions and models
+(:mod:`tasks.downstream.finetuned`) in ``results/finetune/<model>-<task>``."""
 
 import sys
 import time
@@ -25,7 +18,7 @@ from tasks.core.model_dir import check_weights, load_tokenizer
 from tasks.core.params import load_params
 from tasks.downstream.families import FAMILIES, load_task_data
 from tasks.downstream.finetune import run_seed, summarize
-from tasks.downstream.finetuned import model_file, save_finetuned, write_predictions, write_scores
+from tasks.downstream.finetuned import write_finetuned
 from tasks.training.distributed import join_process_group, run_training_stage
 from tasks.training.seeds import map_seeds
 
@@ -56,10 +49,7 @@ def finetune(model_name: str, task_name: str) -> None:
                "training": training.model_dump(), "runs": runs, **summary}
     name = paths.finetune_name(model_name, task_name)
     with atomic_outputs(paths.PREDICTIONS / name, paths.stage_metrics("finetune", name)) as (out, metrics_file):
-        write_predictions(out, {seed: preds for seed, (_, preds, _) in zip(cfg.seeds, results)})
-        for seed, (_, _, model) in zip(cfg.seeds, results):
-            save_finetuned(model, model_file(out, seed))
-        write_scores(out, runs)
+        write_finetuned(out, cfg.seeds, results)
         write_metrics(metrics_file, FinetuneMetrics(**metrics))
 
 

@@ -1,9 +1,6 @@
-"""Stage ``pretraining_data@<objective>-<seed>``: pack the tokenized corpus into sequences, pair
-segments for NSP/SOP, and mask them with the objective's scheme under pretraining seed ``seed``
-(static: ``dupe_factor`` masked copies; dynamic: the sequences, masked later at batch time), into
-memory-mappable Arrow IPC shards (``data/pretraining/<objective>-<seed>``). The corpus streams
-through by record batches; the packed rows wait in a scratch folder on disk, so memory holds a
-few shards, never the corpus."""
+"""Stage ``pretraining_data@<objective>-<seed>``: the tokenized corpus packed into sequences (paired for NSP/SOP) and
+masked with the objective's scheme under pretraining seed ``seed`` (static: ``dupe_factor`` masked copies; dynamic:
+masked at batch time), in memory-mappable Arrow IPC shards; the corpus streams through, the packed rows wait on disk."""
 
 import sys
 import tempfile
@@ -32,8 +29,7 @@ from tasks.pretraining.pretraining_data import write_shards
 def pretraining_data(objective: str, seed: str) -> None:
     params, seed = load_params(), int(seed)
     spec, cfg, name = params.objective(objective), params.pretraining_data, paths.seeded(objective, seed)
-    masking = masking_config(spec, cfg)
-    tokenizer = BertTokenizerFast.from_pretrained(paths.TOKENIZER)
+    masking, tokenizer = masking_config(spec, cfg), BertTokenizerFast.from_pretrained(paths.TOKENIZER)
     lexicon = pq.read_table(paths.LEXICON) if masking.similar else None
     stats = {"objective": objective, "seed": seed}
     paths.PRETRAINING.mkdir(parents=True, exist_ok=True)
@@ -50,11 +46,11 @@ def pretraining_data(objective: str, seed: str) -> None:
                                                 tokenizer.cls_token_id, tokenizer.sep_token_id,
                                                 out=Path(scratch) / "pairs")
             stats.update(sentence_task=spec.sentence_task, **pair_stats)
-        similar = similar_words_from_table(lexicon) if lexicon is not None else None
         stats.update(write_shards(
             packed, masking, out, objective=objective, seed=seed, dynamic=spec.dynamic,
             dupe_factor=cfg.dupe_factor, shard_size=cfg.shard_size, mask_token_id=tokenizer.mask_token_id,
-            random_token_ids=random_token_ids(tokenizer), similar=similar, executor=params.executor))
+            random_token_ids=random_token_ids(tokenizer), executor=params.executor,
+            similar=similar_words_from_table(lexicon) if lexicon is not None else None))
         stats.update(packing=cfg.packing, fill_rate=round(stats["tokens"] / (stats["sequences"] * cfg.max_seq_length), 4))
         get_run_logger().info(f"{name}: {stats}")
         write_metrics(metrics, PretrainingDataMetrics(**stats))

@@ -1,8 +1,6 @@
-"""Stage ``sweep@<objective>``: the objective trained once per ``sweep.settings`` entry for
-``sweep.fraction`` of its budget with the first pretraining seed, each measured on the held-out
-task's dev text; the best is the recipe ``pretrain@<objective>-<seed>`` trains with
-(:mod:`tasks.pretraining.sweep`). Writes the choice to ``data/recipes/<objective>.json`` and every
-setting's result to ``metrics/sweep/<objective>.json``."""
+"""Stage ``sweep@<objective>``: the objective trained for ``sweep.fraction`` of its budget once per ``sweep.settings``
+entry, each measured on the held-out task's dev text (:mod:`tasks.pretraining.sweep`); the best is the recipe its
+pretrainings train with (``data/recipes/<objective>.json``; each setting's result: ``metrics/sweep/<objective>.json``)."""
 
 import sys
 import time
@@ -17,11 +15,11 @@ from tasks.core.metrics.base import write_metrics
 from tasks.core.metrics.pretraining import SweepMetrics
 from tasks.core.params import load_params
 from tasks.core.stage import run_stage
-from tasks.pretraining.checkpoint import checkpoint_fingerprint
+from tasks.pretraining.checkpoint import sweep_checkpoint
 from tasks.pretraining.examples import PretrainingExamples, objective_masker
 from tasks.pretraining.heldout import heldout_inputs
-from tasks.pretraining.masking import masking_config
 from tasks.pretraining.init_from import resolve_init_from
+from tasks.pretraining.masking import masking_config
 from tasks.pretraining.modeling import pretraining_model
 from tasks.pretraining.pretraining_data import read_shards
 from tasks.pretraining.recipe import write_choice
@@ -34,8 +32,7 @@ def sweep(objective: str) -> None:
     params, logger, t0 = load_params(), get_run_logger(), time.perf_counter()
     spec, seed, cfg = params.objective(objective), params.sweep.seed, params.sweep
     masking, tokenizer = masking_config(spec, params.pretraining_data), AutoTokenizer.from_pretrained(paths.TOKENIZER)
-    name = paths.seeded(objective, seed)
-    data = PretrainingExamples.from_table(read_shards(paths.PRETRAINING / name),
+    data = PretrainingExamples.from_table(read_shards(paths.PRETRAINING / paths.seeded(objective, seed)),
                                           objective_masker(objective, spec, masking, seed, tokenizer, paths.LEXICON))
     init_folder = resolve_init_from(params.pretrain.init_from, params)  # as pretrain starts: None is random init
     device = resolve_device(params.pretrain.device, "pretrain.device")
@@ -43,13 +40,10 @@ def sweep(objective: str) -> None:
     results = {}
     for setting, overrides in cfg.settings.items():
         recipe = params.pretrain_for(objective, overrides)
+        checkpoint, fingerprint = sweep_checkpoint(objective, setting, params, recipe, spec, init_folder)
         results[setting] = run_setting(
             partial(pretraining_model, params, spec, masking, tokenizer, seed, init_folder), data, recipe, cfg.fraction,
-            seed=seed, device=device, checkpoint=paths.CHECKPOINTS / "sweep" / objective / f"{setting}.pt",
-            fingerprint=checkpoint_fingerprint(
-                "sweep", objective, setting, params.model, recipe.model_dump(mode="json", exclude={"seeds", "snapshots"}),
-                spec, params.pretraining_data, cfg.fraction,
-                data=[paths.PRETRAINING / name, paths.TOKENIZER, *([init_folder] if init_folder else [])]),
+            seed=seed, device=device, checkpoint=checkpoint, fingerprint=fingerprint,
             equal_flops=spec.budget == "mlm_flops", heldout=(ids, offsets), masks=masks, log=logger.info)
         logger.info(f"sweep {objective}, {setting} {overrides}: {results[setting]}")
     chosen = choose(results)

@@ -95,6 +95,17 @@ def write_predictions(folder: Path, predictions: dict) -> None:
                 write_jsonl(folder / f"{split}-seed{seed}.jsonl", preds)
 
 
+def write_finetuned(folder: Path, seeds: list[int], results: list[tuple[dict, dict, torch.nn.Module]]) -> None:
+    """Every seed's fine-tuning in ``folder`` (created here): ``results`` holds per seed its scores, its
+    predictions (:func:`write_predictions`) and its model (:func:`save_finetuned`), as
+    :func:`tasks.downstream.finetune.run_seed` returns them; the scores go to ``scores.json``
+    (:func:`write_scores`)."""
+    write_predictions(folder, {seed: predictions for seed, (_, predictions, _) in zip(seeds, results)})
+    for seed, (_, _, model) in zip(seeds, results):
+        save_finetuned(model, model_file(folder, seed))
+    write_scores(folder, [scores for scores, _, _ in results])
+
+
 @dataclass
 class TaskRun:
     """A model's view of one task: the task's params, its splits encoded for the model's tokenizer,

@@ -27,12 +27,13 @@ from transformers import BertForMaskedLM, PreTrainedTokenizerBase
 from tasks.core import paths
 from tasks.core.stage import stage_task
 from tasks.corpus.tokenize import random_token_ids
-from tasks.multilingual.fast_mlm import GroupedExamples
+from tasks.multilingual.fast_mlm import FastMLM, GroupedExamples, language_vocabularies
 from tasks.multilingual.embeddings import resize_embeddings
 from tasks.pretraining.masking import MaskingConfig
 from tasks.pretraining.checkpoint import checkpoint_fingerprint, world_size
 from tasks.pretraining.examples import DynamicMasker
 from tasks.pretraining.heldout import evaluate_mlm, pack_by_language, word_ids_for
+from tasks.pretraining.modeling import PretrainingModel
 
 
 def concat_sequences(seqs: dict[str, tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
@@ -87,11 +88,25 @@ def resized_base_model(model_dir, vocab_size: int, seed: int) -> tuple[BertForMa
     return model, old_vocab
 
 
+def trainee_for(model: BertForMaskedLM, data: GroupedExamples, languages: int,
+                fast_mlm: bool) -> tuple[PretrainingModel, list[np.ndarray] | None]:
+    """What trains ``model`` on a mixture: its MLM (:class:`tasks.pretraining.modeling.PretrainingModel`),
+    or with ``fast_mlm`` CINO's fast MLM over each language's vocabulary
+    (:class:`tasks.multilingual.fast_mlm.FastMLM`; the vocabularies returned too, else None)."""
+    vocabularies = language_vocabularies(data, languages) if fast_mlm else None
+    return (FastMLM(model, vocabularies) if vocabularies else PretrainingModel(model)), vocabularies
+
+
 def continue_checkpoint(params, mixture: str, cfg) -> tuple[Path, str]:
     """The rolling checkpoint file of ``continue_pretrain@<mixture>`` and its fingerprint: a
     checkpoint is reused only by a run with the same training knobs (``cfg``: ``pretrain`` with
-    ``multilingual.pretrain``'s overrides), masking knobs and inputs."""
+    ``multilingual.pretrain``'s overrides), masking knobs and inputs.
+
+    Raises:
+        ParamsError: no mixture is called ``mixture`` (checked first: a stage fails before any work).
+    """
     spec, data = params.multilingual, params.pretraining_data
+    spec.mixture(mixture)
     fingerprint = checkpoint_fingerprint(
         "continue_pretrain", mixture, cfg.model_dump(exclude={"init_from", "seeds", "snapshots"}), spec.pretrain.fast_mlm,
         spec.base_model,

@@ -55,7 +55,7 @@ def pretrain_checkpoint(objective: str, seed: int, params, cfg, spec, masking: M
     aside; the masking params, ``pretraining_data``, act at batch time under dynamic masking; the
     processes and accumulation steps change the float rounding; ``init_folder``, the
     ``pretrain.init_from`` checkpoint, is hashed file by file, since DVC does not track it; ``cfg``:
-    the objective's recipe, :func:`tasks.pretraining.sweep.recipe`)."""
+    the objective's recipe, :func:`tasks.pretraining.recipe.recipe`)."""
     lexicon = [paths.LEXICON] if spec.dynamic and masking.similar else []
     init = [init_folder] if init_folder is not None else []
     name = paths.seeded(objective, seed)
@@ -64,6 +64,18 @@ def pretrain_checkpoint(objective: str, seed: int, params, cfg, spec, masking: M
         params.pretraining_data, seed, world_size(params.distributed),
         data=[paths.PRETRAINING / name, paths.TOKENIZER] + lexicon + init)
     return paths.CHECKPOINTS / "pretrain" / name / "last.pt", fingerprint
+
+
+def sweep_checkpoint(objective: str, setting: str, params, cfg, spec, init_folder: Path | None = None
+                     ) -> tuple[Path, str]:
+    """The checkpoint file of setting ``setting`` of stage ``sweep@<objective>`` and its fingerprint, as
+    :func:`pretrain_checkpoint` (``cfg``: the setting's recipe; the data: ``sweep.seed``'s)."""
+    init = [init_folder] if init_folder is not None else []
+    fingerprint = checkpoint_fingerprint(
+        "sweep", objective, setting, params.model, cfg.model_dump(mode="json", exclude={"seeds", "snapshots"}),
+        spec, params.pretraining_data, params.sweep.fraction,
+        data=[paths.PRETRAINING / paths.seeded(objective, params.sweep.seed), paths.TOKENIZER] + init)
+    return paths.CHECKPOINTS / "sweep" / objective / f"{setting}.pt", fingerprint
 
 
 @contextmanager

@@ -63,6 +63,7 @@ class ElectraPretrainingModel(nn.Module):
         return {"": self.discriminator, GENERATOR_DIR: self.generator}
 
     unused_parameters = False
+    predicts_positions = False  # its targets are tokens (generator) and replaced-or-not (discriminator)
     heldout = "rtd"  # the discriminator has no MLM head: held-out replaced-token detection
 
     def predictions(self, batch: dict[str, torch.Tensor]) -> int:

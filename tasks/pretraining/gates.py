@@ -238,15 +238,16 @@ def log_gates(rows: list[dict], sequences_per_row: float, predictions_per_row: f
     return gates
 
 
-def training_gates(rows: list[dict], data, batch_size: int, log_every: int, sentence_task: str | None,
-                   perlm: bool, full_targets: bool) -> list[Gate]:
+def training_gates(rows: list[dict], data, cfg, sentence_task: str | None, model) -> list[Gate]:
     """:func:`log_gates` of a pretraining run: ``rows`` its log, ``data`` its
     :class:`tasks.pretraining.examples.PretrainingExamples` (PerLM's trivial rate needs static data;
-    dynamic PerLM gets no PerLM gate), ``batch_size`` and ``log_every`` its recipe's."""
-    sequences = batch_size * log_every
-    per_sequence = float(data.lengths.mean()) if full_targets else float(data.predictions.mean())
+    dynamic PerLM gets no PerLM gate), ``cfg`` its recipe (``batch_size``, ``log_every``), ``model``
+    its pretraining model (``predicts_positions``: PerLM; ``full_targets``)."""
+    sequences = cfg.batch_size * cfg.log_every
+    full = model.full_targets
+    per_sequence = float(data.lengths.mean()) if full else float(data.predictions.mean())
     trivial = None
-    if perlm and data.masker is None:
+    if model.predicts_positions and data.masker is None:
         trivial = perlm_trivial_rate(np.concatenate(data.positions), np.concatenate(data.labels),
-                                     int(data.lengths.sum()), full_targets)
+                                     int(data.lengths.sum()), full)
     return log_gates(rows, sequences, sequences * per_sequence, sentence_task, trivial)

@@ -120,7 +120,7 @@ def train(model: PretrainingModel | ElectraPretrainingModel, data: PretrainingEx
         snapshots: fractions of the budget at whose step (rounded, at least 1) ``snapshot`` is
             called; a resumed run calls it only for the steps still ahead.
     Returns:
-        Summary: steps, tokens, final loss, wall time, throughput, peak memory, model FLOPs
+        Summary: steps, tokens, final loss, wall time, throughput, peak memory, threads, model FLOPs
         (``model.flops``: None for a model without it), and the log rows (``LOG_FIELDS``), the same on
         every rank.
     Raises:
@@ -232,7 +232,7 @@ def _train(model: PretrainingModel | ElectraPretrainingModel, data: PretrainingE
             "wall_sec": round(wall, 2),
             **({"flops": flops} if count_flops else {}),
             "tokens_per_sec": round(tokens / wall, 1) if wall else None,
-            "peak_memory_mb": round(peak_memory_mb(device), 1), "rows": rows}
+            "peak_memory_mb": round(peak_memory_mb(device), 1), "threads": torch.get_num_threads(), "rows": rows}
 
 
 def _rng_states(ranks: Ranks, device: torch.device) -> dict:
@@ -319,6 +319,18 @@ class _Window:
                "tokens_per_sec": round(tokens / (now - self.start), 1), "elapsed_sec": round(elapsed, 2)}
         self.__init__(now, self.ranks)
         return row
+
+
+def run_facts(model: PretrainingModel | ElectraPretrainingModel, spec, masking, cfg: Pretrain,
+              device: torch.device) -> dict:
+    """What a pretraining run is, for its log and its metrics (:class:`tasks.core.metrics.pretraining.PretrainMetrics`):
+    the recipe's learning rate and batch, the saved model's parameters, the device, and
+    the objective's masking, sentence task, budget and token target (``spec``: its params;
+    ``masking``: its :class:`tasks.pretraining.masking.MaskingConfig`)."""
+    return dict(learning_rate=cfg.learning_rate, batch_size=cfg.batch_size,
+                parameters=sum(p.numel() for p in model.hf.parameters()), device=str(device),
+                dynamic=spec.dynamic, sentence_task=spec.sentence_task, budget=spec.budget,
+                token_target="replaced" if spec.rtd else "position" if masking.predicts_positions else "token")
 
 
 def write_log(path: Path, rows: list[dict]) -> None:

@@ -3,12 +3,13 @@ beside them, which held-out measure it has, and the snapshots kept at fractions 
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from safetensors.torch import save_file
 
-from tasks.core.io import atomic_outputs, write_json
+from tasks.core.io import atomic_outputs, read_json, write_json
 
 if TYPE_CHECKING:
     from tasks.pretraining.electra import ElectraPretrainingModel
@@ -44,3 +45,15 @@ def save_pretrained(model: PretrainingModel | ElectraPretrainingModel, tokenizer
     write_json(folder / HEADS_INFO, {"heldout": model.heldout})
     if heads := model.extra_heads():
         save_file({k: v.contiguous() for k, v in heads.items()}, folder / HEADS_FILE)
+
+
+def save_run(model: PretrainingModel | ElectraPretrainingModel, tokenizer, out: Path, snapshots: Path,
+             fractions: list[float]) -> list[dict]:
+    """The finished run in ``out`` (a model folder, :func:`save_pretrained`) with its snapshots (kept in
+    ``snapshots`` by :func:`save_snapshot`) copied into ``out/snapshots`` without their timing. Returns
+    each snapshot's record with its ``seconds`` (:class:`tasks.core.metrics.pretraining.PretrainMetrics`)."""
+    save_pretrained(model, tokenizer, out)
+    if fractions:
+        shutil.copytree(snapshots, out / "snapshots", ignore=shutil.ignore_patterns("*.timing.json"))
+    return [{**read_json(snapshots / f"{f:g}" / SNAPSHOT_FILE), **read_json(snapshots / f"{f:g}.timing.json")}
+            for f in fractions]
