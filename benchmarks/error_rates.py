@@ -19,8 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
-from tasks.report.statistics import (Design, compare, decompose, effect_for, error_rates, example_bootstrap,
-                                     multibootstrap)
+from tasks.report.simulation import Design, effect_for, error_rates
+from tasks.report.statistics import compare, decompose, example_bootstrap, multibootstrap
 
 sys.path.insert(0, str(Path(__file__).parent))
 from results import write_results  # noqa: E402  (benchmarks/results.py)

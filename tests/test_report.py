@@ -33,7 +33,8 @@ from tasks.report.multilingual import multilingual_section
 from tasks.report.pretraining import describe_objective, pretraining_section, recipes_table, sweeps_table
 from tasks.report.report import Inputs, build_report
 from tasks.report.runtime import runtime_section, stage_of
-from tasks.report.statistics import Design, Outcomes, mean_of
+from tasks.report.simulation import Design
+from tasks.report.statistics import Outcomes, mean_of
 from tasks.report.templating import TEMPLATES, render_blocks
 from tests.conftest import ROOT, small_params
 

@@ -8,8 +8,9 @@ import pytest
 from scipy import stats
 from sklearn.metrics import f1_score
 
-from tasks.report.statistics import (Design, Outcomes, compare, decompose, effect_for, error_rates, example_bootstrap,
-                                     f1_of, macro_f1_of, mean_of, multibootstrap, paired_mde)
+from tasks.report.simulation import Design, effect_for, error_rates
+from tasks.report.statistics import (Outcomes, compare, decompose, example_bootstrap, f1_of, macro_f1_of, mean_of,
+                                     multibootstrap, paired_mde)
 
 # the study's shape (5 pretraining seeds x 3 fine-tuning seeds x 1,000 test examples) in two regimes:
 # test-sample noise dominating a run's variance, and pretraining-seed noise dominating it
