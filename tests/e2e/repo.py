@@ -12,7 +12,7 @@ from typing import Iterator
 
 import yaml
 
-from tasks.core.params.trace import ENV as PARAMS_TRACE, PRETRAIN_ONLY, compare as compare_params
+from tests.e2e.trace_site.params_trace import ENV as PARAMS_TRACE, PRETRAIN_ONLY, compare as compare_params
 from tests.conftest import ROOT
 
 
@@ -34,8 +34,11 @@ def lock_outs(repo: Path) -> dict[str, str]:
     return {out["path"]: out["md5"] for stage in lock["stages"].values() for out in stage.get("outs", [])}
 
 
+TRACE_SITE = Path(__file__).parent / "trace_site"  # its sitecustomize wraps load_params in every stage
+
+
 def params_trace(repo: Path) -> Path:
-    """Where the stages run in ``repo`` record the params keys they read (:mod:`tasks.core.params.trace`)."""
+    """Where the stages run in ``repo`` record the params keys they read (``trace_site/params_trace.py``)."""
     return repo.with_name(f"{repo.name}-params-read.jsonl")
 
 
@@ -91,7 +94,7 @@ def reproduced(repo: Path, params: dict, prefect_api: str, targets: tuple[str, .
         shutil.copytree(ROOT / name, repo / name, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(ROOT / "dvc.yaml", repo)
     write_params(repo, params)
-    env = {**os.environ, "PREFECT_API_URL": prefect_api, "PYTHONPATH": str(repo),
+    env = {**os.environ, "PREFECT_API_URL": prefect_api, "PYTHONPATH": os.pathsep.join([str(TRACE_SITE), str(repo)]),
            PARAMS_TRACE: str(params_trace(repo))}
     for cmd in (["git", "init", "-q"], ["dvc", "init", "-q"], ["dvc", "config", "core.analytics", "false"]):
         run(cmd, repo, env)

@@ -92,7 +92,7 @@ def test_every_stage_runs_and_produces_its_outputs(repo):
 
 
 def test_each_stage_declares_exactly_the_params_it_reads(repo):
-    """dvc.yaml's params deps against the keys each stage read (tasks.core.params.trace): a key
+    """dvc.yaml's params deps against the keys each stage read (tests/e2e/trace_site/params_trace.py): a key
     it reads but does not declare could change its result unseen; one it declares but never
     reads (e.g. finetune.tasks for a fine-tuning run) reruns it for nothing."""
     assert params_problems(repo[0]) == {}

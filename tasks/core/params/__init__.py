@@ -14,7 +14,6 @@ exports every section's names, so ``from tasks.core.params import X`` works for 
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import yaml
@@ -22,7 +21,6 @@ from pydantic import Field, NonNegativeInt, ValidationError, model_validator
 
 from tasks.core.errors import ParamsError
 from tasks.core.paths import seeded
-from tasks.core.params import trace
 from tasks.core.params.base import _Strict
 from tasks.core.params.compression import Compression, Distill, IntermediateMatch, Prune, Student
 from tasks.core.params.corpus import (Corpus, CorpusInput, HubSource, LocalSource, PackageFile, PackageSource,
@@ -286,6 +284,4 @@ def load_params(path: str | Path = PARAMS_FILE) -> Params:
         params = Params.model_validate(raw)
     except ValidationError as exc:
         raise ParamsError(f"{path}: invalid parameters:\n{_format_errors(exc)}") from None
-    if os.environ.get(trace.ENV):  # the end-to-end test's check of each stage's params deps
-        trace.start(params, raw, _Strict)
     return params

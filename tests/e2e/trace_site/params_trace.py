@@ -1,14 +1,15 @@
 """Which keys of ``params.yaml`` a stage reads: the check behind its DVC ``params`` deps.
 
-With ``$ZHPLM_PARAMS_TRACE`` naming a file, :func:`tasks.core.params.load_params` hands back
-params that record every field the stage reads after validation (a scalar, a list, or a whole
-block through ``model_dump``), and the process appends one JSON line at exit::
+The end-to-end tests put this folder on ``PYTHONPATH`` and name a file in ``$ZHPLM_PARAMS_TRACE``;
+its ``sitecustomize`` then has :func:`tasks.core.params.load_params` hand back params that record
+every field the stage reads after validation (a scalar, a list, or a whole block through
+``model_dump``), and the process appends one JSON line at exit::
 
     {"module": "flows.finetune", "args": ["mlm", "sentiment"], "keys": ["finetune.training", ...]}
 
 The end-to-end test compares these keys with the params each stage declares in ``dvc.yaml``,
 both ways (:func:`compare`), so a stage neither misses a key that changes its result nor reruns
-for one it never reads. Off (the default), nothing is patched and nothing is written.
+for one it never reads. Nothing of this is in the pipeline's own code.
 
 ``model`` is resolved from ``model_presets`` at load time, so a read of ``model.X`` is reported
 as ``model.preset`` plus the leaf it came from: ``model.X`` if ``params.yaml`` overrides it,
@@ -85,6 +86,21 @@ def start(params: BaseModel, raw: dict, base: type[BaseModel]) -> None:
 
     base.__getattribute__, base.model_dump, base.model_copy = getattribute, model_dump, model_copy
     atexit.register(_write, read, raw)
+
+
+def install(params_module) -> None:
+    """Wrap ``params_module.load_params`` (:mod:`tasks.core.params`, just imported) so that the params
+    it returns record what is read (:func:`start`)."""
+    import yaml
+
+    load = params_module.load_params
+
+    def load_params(path=params_module.PARAMS_FILE):
+        params = load(path)
+        start(params, yaml.safe_load(open(path, encoding="utf-8")), params_module._Strict)
+        return params
+
+    params_module.load_params = load_params
 
 
 def _source(key: str, raw: dict) -> list[str]:
