@@ -323,10 +323,10 @@ class _Window:
 
 def run_facts(model: PretrainingModel | ElectraPretrainingModel, spec, masking, cfg: Pretrain,
               device: torch.device) -> dict:
-    """What a pretraining run is, for its log and its metrics (:class:`tasks.core.metrics.pretraining.PretrainMetrics`):
-    the recipe's learning rate and batch, the saved model's parameters, the device, and
-    the objective's masking, sentence task, budget and token target (``spec``: its params;
-    ``masking``: its :class:`tasks.pretraining.masking.MaskingConfig`)."""
+    """What a pretraining run is, for its log and its metrics
+    (:class:`tasks.core.metrics.pretraining.PretrainMetrics`): the recipe's learning rate and batch, the
+    saved model's parameters, the device, and the objective's masking, sentence task, budget and token
+    target (``spec``: its params; ``masking``: its :class:`tasks.pretraining.masking.MaskingConfig`)."""
     return dict(learning_rate=cfg.learning_rate, batch_size=cfg.batch_size,
                 parameters=sum(p.numel() for p in model.hf.parameters()), device=str(device),
                 dynamic=spec.dynamic, sentence_task=spec.sentence_task, budget=spec.budget,

@@ -35,10 +35,10 @@ def save_snapshot(model: PretrainingModel | ElectraPretrainingModel, tokenizer, 
 
 
 def save_pretrained(model: PretrainingModel | ElectraPretrainingModel, tokenizer, folder: Path) -> None:
-    """The Hugging Face model(s) with ``tokenizer`` in ``folder`` (ELECTRA: the discriminator, and
-    its generator in :data:`tasks.pretraining.electra.GENERATOR_DIR`), and the model's other heads (if any) beside them in
-    :data:`HEADS_FILE`, and which held-out measure it has (:mod:`tasks.pretraining.heldout`) in
-    :data:`HEADS_INFO`."""
+    """The Hugging Face model(s) with ``tokenizer`` in ``folder`` (ELECTRA: the discriminator, and its
+    generator in :data:`tasks.pretraining.electra.GENERATOR_DIR`), the model's other heads (if any)
+    beside them in :data:`HEADS_FILE`, and which held-out measure it has (:mod:`tasks.pretraining.heldout`)
+    in :data:`HEADS_INFO`."""
     for sub, hf in model.saved().items():
         hf.save_pretrained(folder / sub)
         tokenizer.save_pretrained(folder / sub)
