@@ -27,7 +27,8 @@ over seeds):
   errs conservative when example noise dominates), and a percentile interval over 5 seeds is too
   narrow when seed noise dominates (the bootstrap variance of a mean of ``S`` is ``(S−1)/S`` of
   its variance and its quantiles are normal, not t with ``S − 1`` degrees of freedom); this one
-  corrects both. ``tests/test_statistics.py`` measures either's error rates by simulation (:mod:`tasks.report.simulation`).
+  corrects both. ``tests/test_statistics.py`` measures either's error rates by simulation
+  (:mod:`tasks.report.simulation`).
 
 The verdict is *better* or *worse* when the 95% interval excludes 0, else *within noise* (and *too
 few replicates* under 3 of them, *n/a* under 2 test examples); the **minimum detectable effect**
