@@ -39,8 +39,9 @@ from transformers import BertConfig, BertModel
 from tasks.compression.encoder import Recorder, encoder_of
 from tasks.core.errors import ParamsError
 from tasks.training.batching import IGNORE_INDEX, BatchSchedule, pad_batch
-from tasks.training.device import autocast, to_device
-from tasks.training.optim import learning_rate, optimizer_for
+from tasks.training.device import autocast
+from tasks.training.loop import History, run
+from tasks.training.optim import optimizer_for
 
 NEG = -1e4  # logit given to padding positions of MRC windows: exp(NEG/τ) underflows to 0
 LABEL_KEYS = ("labels", "start_positions", "end_positions")
@@ -337,29 +338,28 @@ def distill(student: nn.Module, teachers: Sequence[nn.Module], data, cfg: KdConf
     schedule = BatchSchedule(data.lengths, batch_size, seed)
     total = max(1, round(epochs * schedule.per_epoch))
     opt = optimizer_for(nn.ModuleList([student, projections]), lr, weight_decay)
-    history: dict[str, list[float]] = {"loss": [], "kd": [], "match": []}
-    examples, t0 = 0, time.perf_counter()
-    for step in range(total):
-        index = schedule(step)
-        for group in opt.param_groups:
-            group["lr"] = learning_rate(step, total, lr, warmup_fraction)
-        batch = to_device(data.batch(index), device)
-        inputs = {k: v for k, v in batch.items() if k not in LABEL_KEYS}
-        with autocast(device), _recording(enc_s, need_hidden, need_attention) as rec_s:
-            out_s = student(**batch)
-        loss = cfg.hard_weight * out_s.loss if cfg.hard_weight else out_s.loss.new_zeros(())
-        kd = match = torch.zeros((), device=device)
-        if teachers and (cfg.matches or (cfg.kd_weight and soft_labels is None)):
-            with torch.no_grad(), autocast(device), _recording(enc_t, need_hidden, need_attention) as rec_t:
-                outs_t = [t(**inputs) for t in teachers]
-        if cfg.kd_weight and (teachers or soft_labels is not None):
-            tau = temperature_at(step, total, cfg.temperature, cfg.temperature_schedule)
-            rows_s = prediction_logits(out_s, batch)
-            rows_t = [r.to(device) for r in soft_labels.rows(index)] if soft_labels is not None else \
-                [torch.stack(r).mean(0) for r in zip(*(prediction_logits(o, batch) for o in outs_t))]
-            kd = sum(kd_loss(s, t, tau, cfg.scale_by_t2) for s, t in zip(rows_s, rows_t)) / len(rows_s)
-            loss = loss + cfg.kd_weight * kd
-        if cfg.matches:
+    history = History(total, log)
+
+    class Task:
+        def batches(self, step: int) -> list[dict[str, torch.Tensor]]:
+            return [data.batch(schedule(step))]
+
+        def loss(self, net, batch, step):
+            inputs = {k: v for k, v in batch.items() if k not in LABEL_KEYS}
+            with _recording(enc_s, need_hidden, need_attention) as rec_s:
+                out_s = net(**batch)
+            loss = cfg.hard_weight * out_s.loss if cfg.hard_weight else out_s.loss.new_zeros(())
+            kd = match = torch.zeros((), device=device)
+            if teachers and (cfg.matches or (cfg.kd_weight and soft_labels is None)):
+                with torch.no_grad(), _recording(enc_t, need_hidden, need_attention) as rec_t:
+                    outs_t = [t(**inputs) for t in teachers]
+            if cfg.kd_weight and (teachers or soft_labels is not None):
+                tau = temperature_at(step, total, cfg.temperature, cfg.temperature_schedule)
+                rows_s = prediction_logits(out_s, batch)
+                rows_t = [r.to(device) for r in soft_labels.rows(schedule(step))] if soft_labels is not None else \
+                    [torch.stack(r).mean(0) for r in zip(*(prediction_logits(o, batch) for o in outs_t))]
+                kd = sum(kd_loss(s, t, tau, cfg.scale_by_t2) for s, t in zip(rows_s, rows_t)) / len(rows_s)
+                loss = loss + cfg.kd_weight * kd
             for i, m in enumerate(cfg.matches):
                 mask = batch["attention_mask"]
                 if m.kind == "attention_mse":
@@ -370,20 +370,18 @@ def distill(student: nn.Module, teachers: Sequence[nn.Module], data, cfg: KdConf
                     t = rec_t.hidden[m.teacher].float()
                     term = hidden_mse(s, t, mask) if m.kind == "hidden_mse" else cos_loss(s, t, mask)
                 match = match + m.weight * term
-            loss = loss + match
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_([*student.parameters(), *projections.parameters()], max_grad_norm)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        for key, value in (("loss", loss), ("kd", kd), ("match", match)):
-            history[key].append(float(value.detach()))
-        examples += len(index)
-        if (step + 1) % max(1, total // 5) == 0:
-            log(f"step {step + 1}/{total} loss {np.mean(history['loss'][-max(1, total // 10):]):.4f}")
+            if cfg.matches:
+                loss = loss + match
+            return loss, {"kd": kd.detach(), "match": match.detach()}
+
+    t0 = time.perf_counter()
+    run(student, Task(), opt, steps=range(total), total=total, peak_lr=lr, warmup_fraction=warmup_fraction,
+        max_grad_norm=max_grad_norm, device=device, params=[*student.parameters(), *projections.parameters()],
+        after_step=lambda s: history.add(s.done, loss=s.losses[0], **s.parts[0]))
     wall = time.perf_counter() - t0
-    tail = lambda key: float(np.mean(history[key][-max(1, total // 10):]))  # noqa: E731
-    return {"steps": total, "train_loss": tail("loss"), "kd_loss": tail("kd"), "match_loss": tail("match"),
-            "wall_sec": round(wall, 2), "examples_per_sec": round(examples / wall, 1)}
+    return {"steps": total, "train_loss": history.tail("loss"), "kd_loss": history.tail("kd"),
+            "match_loss": history.tail("match"), "wall_sec": round(wall, 2),
+            "examples_per_sec": round(total * batch_size / wall, 1)}
 
 
 def train_student(family, base: BertModel, size, layer_map: Sequence[int] | None, teachers: Sequence[nn.Module],

@@ -19,9 +19,10 @@ import torch
 
 from tasks.core.model_dir import load_model
 from tasks.training.batching import IGNORE_INDEX, BatchSchedule
-from tasks.training.device import autocast, to_device
-from tasks.training.distributed import Ranks, split_batch, wrap
-from tasks.training.optim import learning_rate, optimizer_for
+from tasks.training.device import autocast
+from tasks.training.distributed import Ranks, split_batch
+from tasks.training.loop import History, run
+from tasks.training.optim import optimizer_for
 
 
 class Batches(Protocol):
@@ -35,13 +36,14 @@ class Batches(Protocol):
 def fit(model: torch.nn.Module, data: Batches, *, epochs: float, batch_size: int, lr: float, warmup_fraction: float,
         weight_decay: float, max_grad_norm: float, seed: int, device: torch.device,
         log: Callable[[str], None] = print, ranks: Ranks = Ranks()) -> dict:
-    """Fine-tune ``model`` on ``data`` for ``epochs`` passes (fractional allowed).
+    """Fine-tune ``model`` on ``data`` for ``epochs`` passes (fractional allowed), in the training loop
+    (:func:`tasks.training.loop.run`: AdamW, linear warm-up then linear decay to 0, clipping).
 
     Batches come from :class:`tasks.training.batching.BatchSchedule` (seeded, length-grouped).
-    AdamW, linear warm-up then linear decay to 0, gradient-norm clipping. Under DDP each rank
-    takes its share of the global batch (``batch_size``, :func:`tasks.training.distributed.split_batch`)
-    and weights its mean loss by its share of the batch's loss units (labelled tokens for
-    token labels, else examples), so the summed gradient is the global batch's.
+    Under DDP each rank takes its share of the global batch (``batch_size``,
+    :func:`tasks.training.distributed.split_batch`) and weights its mean loss by its share of the
+    batch's loss units (labelled tokens for token labels, else examples), so the summed gradient
+    is the global batch's.
 
     Returns:
         ``steps``, ``examples``, ``train_loss`` (mean over the last 10% of steps),
@@ -51,37 +53,33 @@ def fit(model: torch.nn.Module, data: Batches, *, epochs: float, batch_size: int
     """
     torch.manual_seed(seed + ranks.rank)
     model.to(device).train()
-    # a head may leave parameters unused (mean pooling never touches BERT's pooler): DDP must not
-    # wait for their gradients (find_unused_parameters, as Hugging Face's Trainer sets it by default)
-    net = wrap(model, ranks, device, find_unused_parameters=True)
     schedule = BatchSchedule(data.lengths, batch_size, seed)
     total = max(1, round(epochs * schedule.per_epoch))
     opt = optimizer_for(model, lr, weight_decay)
-    losses: list[float] = []
-    t0 = time.perf_counter()
-    examples = 0
-    for step in range(total):
-        index = schedule(step)
-        for group in opt.param_groups:
-            group["lr"] = learning_rate(step, total, lr, warmup_fraction)
-        (part,) = split_batch(index, ranks, 1, "finetune.training.batch_size")
-        batch = to_device(data.batch(part), device)
-        with autocast(device):
+    history = History(total, log, ranks)
+
+    class Task:
+        def batches(self, step: int) -> list[dict[str, torch.Tensor]]:
+            (part,) = split_batch(schedule(step), ranks, 1, "finetune.training.batch_size")
+            return [data.batch(part)]
+
+        def loss(self, net, batch, step):
             loss = net(**batch).loss
-        if ranks.world > 1:  # DDP averages gradients over ranks: weight = world x this rank's share
-            units = _loss_units(batch)
-            share = units / ranks.all_sum([float(units)])[0]
-            loss = loss * (ranks.world * share)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        losses.append(loss.item() if ranks.world == 1 else ranks.all_sum([loss.item() / ranks.world])[0])
-        examples += len(index)
-        if (step + 1) % max(1, total // 5) == 0:
-            log(f"step {step + 1}/{total} loss {np.mean(losses[-max(1, total // 10):]):.4f}")
+            if ranks.world > 1:  # DDP averages gradients over ranks: weight = world x this rank's share
+                units = _loss_units(batch)
+                share = units / ranks.all_sum([float(units)])[0]
+                loss = loss * (ranks.world * share)
+            return loss, {}
+
+    t0 = time.perf_counter()
+    # a head may leave parameters unused (mean pooling never touches BERT's pooler): DDP must not
+    # wait for their gradients (find_unused_parameters, as Hugging Face's Trainer sets it by default)
+    run(model, Task(), opt, steps=range(total), total=total, peak_lr=lr, warmup_fraction=warmup_fraction,
+        max_grad_norm=max_grad_norm, device=device, ranks=ranks, find_unused_parameters=True,
+        after_step=lambda s: history.add(s.done, loss=s.losses[0]))
     wall = time.perf_counter() - t0
-    return {"steps": total, "examples": examples, "train_loss": float(np.mean(losses[-max(1, total // 10):])),
+    examples = total * batch_size  # every batch of the schedule is full
+    return {"steps": total, "examples": examples, "train_loss": history.tail("loss"),
             "wall_sec": round(wall, 2), "examples_per_sec": round(examples / wall, 1),
             "threads": torch.get_num_threads()}
 

@@ -34,9 +34,9 @@ from tasks.pretraining.electra import ElectraPretrainingModel
 from tasks.pretraining.flops import mlm_flops
 from tasks.pretraining.modeling import PretrainingModel
 from tasks.training.batching import BatchSchedule
-from tasks.training.device import autocast, to_device
-from tasks.training.distributed import Ranks, wrap
-from tasks.training.optim import learning_rate, optimizer_for
+from tasks.training.distributed import Ranks
+from tasks.training.loop import Step, run
+from tasks.training.optim import optimizer_for
 
 LOG_FIELDS = ["step", "tokens", "loss", "token_accuracy", "sentence_loss", "sentence_accuracy", "rtd_loss",
               "rtd_accuracy", "learning_rate", "tokens_per_sec", "elapsed_sec", "flops"]
@@ -141,7 +141,7 @@ def _train(model: PretrainingModel | ElectraPretrainingModel, data: PretrainingE
         total = equal_flops_steps(model, data, schedule, total)
     model.to(device).train()
     opt = optimizer_for(model, cfg.learning_rate, cfg.weight_decay, fused=cfg.fused_adamw)
-    step, tokens, rows, elapsed_before, flops = 0, 0, [], 0.0, 0.0
+    start, tokens, rows, elapsed_before, flops = 0, 0, [], 0.0, 0.0
     count_flops = getattr(model, "flops", None)
     at_step = {max(1, round(f * total)): f for f in snapshots}
     state = load_checkpoint(checkpoint, fingerprint, log)
@@ -149,16 +149,34 @@ def _train(model: PretrainingModel | ElectraPretrainingModel, data: PretrainingE
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["optimizer"])  # moves the state to the parameters' device
         _set_rng_states(state, ranks, device)
-        step, tokens, rows, elapsed_before = state["step"], state["tokens"], state["rows"], state["elapsed"]
+        start, tokens, rows, elapsed_before = state["step"], state["tokens"], state["rows"], state["elapsed"]
         windows, flops = state.get("window") or [], state.get("flops", 0.0)
-        log(f"resuming from {checkpoint} at step {step}/{total}")
+        log(f"resuming from {checkpoint} at step {start}/{total}")
     else:
         torch.manual_seed(seed + ranks.rank)  # rank 0 draws as a single process does
         windows = []
-    # PerLM predicting positions only: the MLM head's transform gets no gradient.
-    net = wrap(model, ranks, device, find_unused_parameters=model.unused_parameters)
     accumulate = ranks.world > 1 or cfg.accumulation_steps > 1
     longest = int(data.lengths.max())
+
+    class Task:
+        chosen = 0.0  # the step's chosen positions, over all ranks (FLOPs count the rest)
+
+        def batches(self, step: int) -> list[dict[str, torch.Tensor]]:
+            index = schedule(step)
+            micro = micro_batches(data, index, step, ranks, cfg.accumulation_steps)
+            predicted = float(sum(model.predictions(b) for b in micro))
+            self.chosen = float(sum(len(b["labels"]) for b in micro))
+            if accumulate:  # shares of the global batch; DDP averages gradients over ranks, hence x world
+                predicted, self.chosen = ranks.all_sum([predicted, self.chosen])
+                for b in micro:
+                    b["token_weight"] = torch.tensor(ranks.world * model.predictions(b) / predicted)
+                    b["position_weight"] = torch.tensor(ranks.world * float(b["attention_mask"].sum())
+                                                        / float(data.lengths[index].sum()))
+                    b["sentence_weight"] = torch.tensor(ranks.world * len(b["input_ids"]) / len(index))
+            return [pad_width(b, GPU_WIDTH_MULTIPLE, longest) for b in micro] if device.type == "cuda" else micro
+
+        def loss(self, net, batch, step):
+            return net(batch)
 
     t0 = time.perf_counter()
 
@@ -171,58 +189,41 @@ def _train(model: PretrainingModel | ElectraPretrainingModel, data: PretrainingE
     window = _Window(t0, ranks)
     if ranks.rank < len(windows):  # the steps since the last log row before the run was stopped
         window.load(windows[ranks.rank])
-    while step < total:
-        lr = learning_rate(step, total, cfg.learning_rate, cfg.warmup_fraction)
-        for group in opt.param_groups:
-            group["lr"] = lr
-        index = schedule(step)
-        micro = micro_batches(data, index, step, ranks, cfg.accumulation_steps)
-        predicted = float(sum(model.predictions(b) for b in micro))
-        chosen = float(sum(len(b["labels"]) for b in micro))  # the chosen positions (FLOPs count the rest)
-        if accumulate:  # shares of the global batch; DDP averages gradients over ranks, hence x world
-            predicted, chosen = ranks.all_sum([predicted, chosen])
-            for b in micro:
-                b["token_weight"] = torch.tensor(ranks.world * model.predictions(b) / predicted)
-                b["position_weight"] = torch.tensor(ranks.world * float(b["attention_mask"].sum())
-                                                    / float(data.lengths[index].sum()))
-                b["sentence_weight"] = torch.tensor(ranks.world * len(b["input_ids"]) / len(index))
-        for m, batch in enumerate(micro):
-            counts = int(batch["attention_mask"].sum()), model.predictions(batch), len(batch["input_ids"])
-            if device.type == "cuda":
-                batch = pad_width(batch, GPU_WIDTH_MULTIPLE, longest)
-            batch = to_device(batch, device)
-            sync = m == len(micro) - 1 or ranks.world == 1
-            with (nullcontext() if sync else net.no_sync()), autocast(device, cfg.bf16):
-                loss, parts = net(batch)
-            loss.backward()
-            weight = 1.0 / ranks.world if accumulate else 1.0  # this micro-batch's part of the step's loss
-            window.add(loss.detach() * weight, parts, *counts, sentence_weight=weight)
-        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+
+    def after_step(done: Step) -> None:
+        nonlocal tokens, flops
+        weight = 1.0 / ranks.world if accumulate else 1.0  # a micro-batch's part of the step's loss
+        for batch, loss, parts in zip(done.batches, done.losses, done.parts):
+            window.add(loss * weight, parts, int(batch["attention_mask"].sum()), model.predictions(batch),
+                       len(batch["input_ids"]), sentence_weight=weight)
         window.steps += 1
-        step += 1
+        step, index = done.done, schedule(done.done - 1)
         tokens += int(data.lengths[index].sum())
         if count_flops is not None:
-            flops += count_flops(data.lengths[index], int(chosen))
+            flops += count_flops(data.lengths[index], int(task.chosen))
         if step in at_step and snapshot is not None and ranks.is_main:
             snapshot(at_step[step], {"step": step, "tokens": tokens, "flops": flops if count_flops else None,
                                      "seconds": round(elapsed(), 2)})
         if step % cfg.log_every == 0 or step == total:
-            rows.append({"step": step, "tokens": tokens, "learning_rate": lr,
-                         **window.flush(elapsed()),
-                         "flops": flops if count_flops else None})
+            rows.append({"step": step, "tokens": tokens, "learning_rate": done.learning_rate,
+                         **window.flush(elapsed()), "flops": flops if count_flops else None})
             log(f"step {step}/{total} loss {rows[-1]['loss']:.4f} acc {rows[-1]['token_accuracy']:.3f} "
                 f"{rows[-1]['tokens_per_sec']:.0f} tokens/s")
         if step % cfg.checkpoint_every == 0 and step < total:
             # The data order and the dynamic masks are pure functions of (seed, step): ``step``
             # is their whole state; numpy's and Python's global generators are not used.
-            rng, windows = _rng_states(ranks, device), ranks.all_gather(window.state())
+            rng, saved = _rng_states(ranks, device), ranks.all_gather(window.state())
             if ranks.is_main:
                 save_checkpoint(checkpoint, {
                     "fingerprint": fingerprint, "model": model.state_dict(), "optimizer": opt.state_dict(),
-                    "step": step, "tokens": tokens, "rows": rows, "window": windows, "flops": flops,
+                    "step": step, "tokens": tokens, "rows": rows, "window": saved, "flops": flops,
                     "elapsed": elapsed(), **rng})
+
+    # PerLM predicting positions only: the MLM head's transform gets no gradient (unused parameters).
+    task = Task()
+    run(model, task, opt, steps=range(start, total), total=total, peak_lr=cfg.learning_rate,
+        warmup_fraction=cfg.warmup_fraction, max_grad_norm=cfg.max_grad_norm, device=device, ranks=ranks,
+        bf16=cfg.bf16, find_unused_parameters=model.unused_parameters, after_step=after_step)
     wall = elapsed()
     last = rows[-1] if rows else {}
     return {"steps": total, "tokens": tokens, "final_loss": last.get("loss"),
