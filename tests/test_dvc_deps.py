@@ -87,6 +87,31 @@ def test_closure_follows_function_level_and_package_imports_and_named_templates(
         "tasks/c/templates/base.md.j2", "tasks/c/templates/page.md.j2"]
 
 
+def test_a_stage_depends_on_the_schemas_of_the_params_it_reads_only(tmp_path):
+    """Every stage imports every section's schema to validate params.yaml, but an edit to a section
+    it does not read cannot change its results: its code deps hold the schemas of its declared
+    keys and of the names it imports from the params package."""
+    files = {
+        "flows/__init__.py": "",
+        "flows/x.py": "from tasks.core.params import load_params\nfrom tasks.y import z\n",
+        "tasks/__init__.py": "", "tasks/core/__init__.py": "",
+        "tasks/y.py": "from tasks.core.params import Gamma\nz = 1\n",
+        "tasks/core/params/__init__.py": ("from tasks.core.params.base import Strict\n"
+                                          "from tasks.core.params.a import Alpha\nfrom tasks.core.params.b import Beta\n"
+                                          "from tasks.core.params.c import Gamma\n\n"
+                                          "class Params(Strict):\n    seed: int\n    alpha: dict[str, Alpha]\n"
+                                          "    beta: Beta\n    gamma: Gamma\n"),
+        "tasks/core/params/base.py": "class Strict: ...\n",
+        "tasks/core/params/a.py": "from tasks.core.params.base import Strict\nclass Alpha(Strict): ...\n",
+        "tasks/core/params/b.py": "from tasks.core.params.base import Strict\nclass Beta(Strict): ...\n",
+        "tasks/core/params/c.py": "from tasks.core.params.base import Strict\nclass Gamma(Strict): ...\n",
+    }
+    _project(tmp_path, files)
+    closure = {str(p) for p in import_closure(tmp_path, "flows.x", {"seed", "alpha"})}
+    assert closure == set(files) - {"tasks/core/params/b.py"}  # c.py: tasks/y.py imports Gamma
+    assert {str(p) for p in import_closure(tmp_path, "flows.x")} == set(files)  # no keys given: every import
+
+
 def test_write_replaces_only_the_code_deps(tmp_path):
     _project(tmp_path, {"flows/__init__.py": "", "flows/x.py": "import tasks.a\n", "tasks/__init__.py": "",
                         "tasks/a.py": "", "tasks/b.py": ""})

@@ -9,6 +9,13 @@ deps are exactly its flow's *import closure*: every ``import``/``from … import
 template named by a string literal, and the templates those extend or include). A folder
 stands for its files when the closure holds every one of them (bytecode caches aside).
 
+One exception narrows the closure. Every stage validates the whole of ``params.yaml`` first, so
+it imports every section's schema (``tasks/core/params/<section>.py``); yet an edit to a section's
+schema can change only the results of stages that read that section (a stage that does not can at
+worst refuse to start). A stage's code deps therefore hold the schema modules of the params keys
+it declares, and of the names its modules import from :mod:`tasks.core.params`, not the rest: an
+edit to the compression schema reruns the compression stages, not ``ingest``.
+
 In ``dvc.yaml`` each stage's code deps follow a ``# code`` comment and come before its
 data deps; ``--write`` regenerates them there and never touches anything else.
 
@@ -88,9 +95,20 @@ def _imports(tree: ast.AST) -> set[str]:
     return {m for m in found if m.split(".")[0] in PACKAGES}
 
 
-def import_closure(root: Path, module: str) -> set[Path]:
+PARAMS = "tasks.core.params"
+
+
+def import_closure(root: Path, module: str, params_keys: set[str] | None = None) -> set[Path]:
     """Every project file that importing ``module`` executes or reads (relative paths): its
-    modules, and the resource files they name (module docstring)."""
+    modules, and the resource files they name (module docstring).
+
+    Args:
+        params_keys: the top-level ``params.yaml`` keys a stage declares. Given, the schema modules
+            of the other sections are left out (module docstring); ``None`` follows every import.
+    """
+    sections = _section_modules(root) if params_keys is not None else {}
+    wanted = {sections[key] for key in params_keys or () if key in sections}
+    by_name = _params_exports(root) if params_keys is not None else {}
     seen: set[Path] = set()
     named: set[str] = set()
     todo = [module]
@@ -102,9 +120,48 @@ def import_closure(root: Path, module: str) -> set[Path]:
             if path is not None and path not in seen:
                 seen.add(path)
                 tree = ast.parse((root / path).read_text(encoding="utf-8"), filename=str(path))
-                todo.extend(_imports(tree))
+                imports = _imports(tree)
+                if params_keys is not None:
+                    if ".".join(parts[:i]) == PARAMS:  # its sections' schemas: only those the stage reads
+                        imports = {m for m in imports if ".".join(m.split(".")[:4]) not in sections.values()}
+                    wanted |= {by_name[n] for n in _names_from(tree, PARAMS) if n in by_name}
+                todo.extend(imports)
                 named |= _file_names(tree)
+        if not todo:
+            todo.extend(m for m in wanted if module_path(root, m) not in seen)
     return seen | _resources(root, named, _resource_dirs(root))
+
+
+def _params_exports(root: Path) -> dict[str, str]:
+    """``{name: section module}`` for the names :mod:`tasks.core.params` imports from its sections."""
+    path = module_path(root, PARAMS)
+    if path is None:
+        return {}
+    tree = ast.parse((root / path).read_text(encoding="utf-8"))
+    return {alias.asname or alias.name: node.module for node in tree.body if isinstance(node, ast.ImportFrom)
+            and (node.module or "").startswith(PARAMS + ".") for alias in node.names}
+
+
+def _section_modules(root: Path) -> dict[str, str]:
+    """``{top-level params key: the module of its schema}`` from the annotations of ``Params``
+    (keys of plain types, such as ``seed``, have none)."""
+    exports = _params_exports(root)
+    if not exports:
+        return {}
+    tree = ast.parse((root / module_path(root, PARAMS)).read_text(encoding="utf-8"))
+    params = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Params"), None)
+    out = {}
+    for field in params.body if params else ():
+        if isinstance(field, ast.AnnAssign) and isinstance(field.target, ast.Name):
+            modules = {exports[n.id] for n in ast.walk(field.annotation) if isinstance(n, ast.Name) and n.id in exports}
+            out.update({field.target.id: m for m in modules})
+    return out
+
+
+def _names_from(tree: ast.AST, module: str) -> set[str]:
+    """The names a module imports with ``from <module> import ...``."""
+    return {alias.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.level == 0
+            and node.module == module for alias in node.names}
 
 
 def minimal_deps(root: Path, closure: set[Path]) -> list[str]:
@@ -119,8 +176,9 @@ def minimal_deps(root: Path, closure: set[Path]) -> list[str]:
     return sorted(str(p) for p in [*whole, *singles])
 
 
-def _stages(root: Path, dvc_yaml: Path) -> dict[str, tuple[str, list[str]]]:
-    """``{stage: (flow module, its code deps as declared)}`` for every stage of ``dvc_yaml``.
+def _stages(root: Path, dvc_yaml: Path) -> dict[str, tuple[str, list[str], set[str]]]:
+    """``{stage: (flow module, its code deps as declared, its top-level params keys)}`` for every
+    stage of ``dvc_yaml``.
 
     Raises:
         ValueError: a stage whose command runs no flow module that exists.
@@ -133,7 +191,9 @@ def _stages(root: Path, dvc_yaml: Path) -> dict[str, tuple[str, list[str]]]:
         if match is None or module_path(root, match.group(1)) is None:
             raise ValueError(f"{dvc_yaml}: stage {name}: cmd {body['cmd']!r} runs no flow module of this project")
         deps = [d if isinstance(d, str) else next(iter(d)) for d in body.get("deps", [])]
-        stages[name] = match.group(1), [d for d in deps if d.split("/")[0] in PACKAGES]
+        keys = {k for p in body.get("params", []) for k in ([p] if isinstance(p, str) else next(iter(p.values())))}
+        stages[name] = (match.group(1), [d for d in deps if d.split("/")[0] in PACKAGES],
+                        {k.split(".")[0] for k in keys})
     return stages
 
 
@@ -143,8 +203,8 @@ def code_dep_problems(root: Path, dvc_yaml: Path | None = None) -> dict[str, dic
     and deps covering a file it does not import (a folder: the files it does not import).
     Empty when every stage is exact."""
     problems: dict[str, dict[str, list[str]]] = {}
-    for name, (flow, deps) in _stages(root, dvc_yaml or root / "dvc.yaml").items():
-        closure = import_closure(root, flow)
+    for name, (flow, deps, keys) in _stages(root, dvc_yaml or root / "dvc.yaml").items():
+        closure = import_closure(root, flow, keys)
         covered = {f for d in deps for f in ({Path(d)} if (root / d).is_file() else _visible_files(root, Path(d)))}
         missing = sorted(str(p) for p in closure - covered)
         over = sorted(str(p) for p in covered - closure)
@@ -161,7 +221,7 @@ def write_code_deps(root: Path, dvc_yaml: Path | None = None) -> list[str]:
         ValueError: a stage has no ``# code`` comment in its deps.
     """
     dvc_yaml = dvc_yaml or root / "dvc.yaml"
-    flows = {name: flow for name, (flow, _) in _stages(root, dvc_yaml).items()}
+    flows = {name: (flow, keys) for name, (flow, _, keys) in _stages(root, dvc_yaml).items()}
     lines = dvc_yaml.read_text(encoding="utf-8").splitlines(keepends=True)
     out, stage, changed, marked = [], None, [], set()
     i = 0
@@ -181,7 +241,7 @@ def write_code_deps(root: Path, dvc_yaml: Path | None = None) -> list[str]:
             while i < len(lines) and CODE_ITEM.match(lines[i]):
                 old.append(lines[i])
                 i += 1
-            new = [f"{mark.group(1)}- {d}\n" for d in minimal_deps(root, import_closure(root, flows[stage]))]
+            new = [f"{mark.group(1)}- {d}\n" for d in minimal_deps(root, import_closure(root, *flows[stage]))]
             out.extend(new)
             if new != old:
                 changed.append(stage)
