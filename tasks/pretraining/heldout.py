@@ -70,9 +70,16 @@ def pack_by_language(tokenizer: PreTrainedTokenizerBase, langs: list[str], texts
         docs = [np.asarray(ids[i], dtype=np.int32) for i in rows if ids[i]]
         packed = pack_documents([lang] * len(docs), docs, [np.arange(len(d), dtype=np.int32) for d in docs],
                                 max_seq_length, tokenizer.cls_token_id, tokenizer.sep_token_id)
-        valid = np.arange(packed.input_ids.shape[1])[None, :] < packed.lengths[:, None]
-        out[lang] = (packed.input_ids[valid], np.concatenate([[0], np.cumsum(packed.lengths)]).astype(np.int64))
+        valid, offsets = _flat_layout(packed.lengths, packed.input_ids.shape[1])
+        out[lang] = (packed.input_ids[valid], offsets)
     return out
+
+
+def _flat_layout(lengths: np.ndarray, width: int) -> tuple[np.ndarray, np.ndarray]:
+    """Of packed rows of ``lengths`` tokens (``[N]``) in a ``[N, width]`` array: the ``bool [N, width]``
+    mask of their tokens and the flat layout's ``int64 [N + 1]`` offsets."""
+    valid = np.arange(width)[None, :] < lengths[:, None]
+    return valid, np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
 
 
 def word_ids_for(ids: np.ndarray, offsets: np.ndarray) -> np.ndarray:
@@ -291,8 +298,7 @@ def mac_text(task: str, tokenizer: PreTrainedTokenizerBase, max_seq_length: int,
     packed = pack_documents([task] * len(keep), [ids[i] for i in keep], [word_ids[i] for i in keep], max_seq_length,
                             tokenizer.cls_token_id, tokenizer.sep_token_id, lex_ids=[lex[i] for i in keep])
     n = min(sequences, len(packed))
-    valid = np.arange(packed.input_ids.shape[1])[None, :] < packed.lengths[:n, None]
-    offsets = np.concatenate([[0], np.cumsum(packed.lengths[:n])]).astype(np.int64)
+    valid, offsets = _flat_layout(packed.lengths[:n], packed.input_ids.shape[1])
     mac = MacCorruption(words=packed.word_ids[:n][valid], lex_ids=packed.lex_ids[:n][valid],
                         similar=similar_words_from_table(lexicon_table), random_token_ids=random_token_ids(tokenizer),
                         scheme=scheme, ngram_probs=tuple(ngram_probs))
