@@ -1,8 +1,8 @@
 """The three task families (classification, CMRC-style MRC, NER) behind one typed protocol.
 
 A :class:`Family` turns a split table (schemas in :mod:`tasks.downstream.downstream`) into
-model inputs, builds the Hugging Face head and scores predictions; :mod:`tasks.downstream.finetune` holds the one training loop that serves all
-three. :data:`FAMILIES` is the registry that ``params.yaml``'s ``family`` names, and
+model inputs, builds the Hugging Face head and scores predictions; :mod:`tasks.downstream.finetune` fine-tunes all
+three on the one training loop. :data:`FAMILIES` is the registry that ``params.yaml``'s ``family`` names, and
 :func:`load_task_data` is the one "read splits -> labels -> encode" of every stage that
 trains or scores on a task.
 """

@@ -1,10 +1,10 @@
-"""The one fine-tuning loop, shared by every downstream task family.
+"""Fine-tuning, shared by every downstream task family, on the one training loop (:mod:`tasks.training.loop`).
 
 A task supplies a dataset object with ``__len__`` and ``batch(index) -> dict of
 tensors`` whose keys are the keyword arguments of a Hugging Face task head
 (``input_ids``, ``attention_mask``, ``token_type_ids``, ``labels``, ...); the
-head computes its own loss. Everything else (optimiser, schedule, clipping,
-seeding, mixed precision, device) is here, once; :func:`run_seed` is one seed of
+head computes its own loss. The optimiser, seeding and DDP weighting are here, the schedule,
+clipping, mixed precision and device in the loop; :func:`run_seed` is one seed of
 ``finetune`` (run in turn or side by side by :func:`tasks.training.seeds.map_seeds`). What the
 stage leaves behind (models, scores, predictions) is :mod:`tasks.downstream.finetuned`.
 """

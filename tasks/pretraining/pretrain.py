@@ -1,7 +1,7 @@
 """Pretrain: a BERT encoder from scratch on masked pretraining data.
 
-One readable loop (after nanoGPT): AdamW with linear warm-up and linear decay,
-gradient clipping, a fixed budget of non-padding tokens, predictions only at the
+On the one training loop (:mod:`tasks.training.loop`, after nanoGPT): AdamW with linear warm-up
+and linear decay, gradient clipping, a fixed budget of non-padding tokens, predictions only at the
 chosen positions (:class:`tasks.pretraining.modeling.PretrainingModel`: MLM or PerLM, plus
 NSP/SOP), static or dynamic masking, a CSV log of loss and throughput, and
 regular checkpoints from which a killed run resumes where it stopped (same data
