@@ -1,1 +1,0 @@
-NO_CACHE = None

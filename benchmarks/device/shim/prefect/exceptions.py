@@ -1,2 +1,0 @@
-class MissingContextError(RuntimeError):
-    pass

@@ -1,7 +1,0 @@
-class _Unset:
-    @staticmethod
-    def value():
-        return None
-
-
-PREFECT_API_URL = _Unset()
