@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The GPU check (issue 40) as commands for the device machine: its image has torch, pyarrow,
-# safetensors and scipy but neither Prefect nor pydantic, and no network. Two calls, since the
+# safetensors and scipy but neither Prefect nor pydantic, and no network. Three calls, since the
 # wheelhouse and the data do not fit the 64 MiB of one:
 #
-#   run(command="bash benchmarks/device/run.sh install", carry=[".gpu/whl"])
-#       installs the real stack (benchmarks/device/wheels.sh: Prefect, pydantic, seqeval, nltk, this
+#   run(command="bash benchmarks/device/run.sh install .gpu/whl/prefect", carry=[".gpu/whl/prefect"])
+#   run(command="bash benchmarks/device/run.sh install .gpu/whl/hf", carry=[".gpu/whl/hf"])
+#       install the real stack (benchmarks/device/wheels.sh: Prefect, pydantic, seqeval, nltk, this
 #       repo's transformers) into .gpu/site, which the warm machine keeps for the next call;
 #   run(command="bash benchmarks/device/run.sh", carry=["data/pretraining/mlm-42", "data/recipes",
 #       "models/tokenizer", "data/downstream"])
@@ -19,7 +20,7 @@
 # tracked params.yaml is never written.
 #
 # A rehearsal on CPU, in a venv like the image (docs/running.md):
-#   bash benchmarks/device/run.sh install && PRESET=tiny DEVICE=cpu STEPS=3 BATCH=8 bash benchmarks/device/run.sh
+#   for d in .gpu/whl/*; do bash benchmarks/device/run.sh install $d; done && PRESET=tiny DEVICE=cpu STEPS=3 BATCH=8 bash benchmarks/device/run.sh
 # FINETUNE_TASKS="" skips stage 3 (default: sentiment msra_mrc msra_ner).
 # Everything goes to $OUT (log.txt, status.txt, gpu_check.json, metrics.tgz). On an H100 (2026-11-27)
 # 1a-3 took 5.5 min and 1b, two compilations, did not finish in the 2.5 min a 480 s limit left it.
@@ -33,10 +34,9 @@ status() { echo "=== $1: exit $2"; echo "$1 $2" >> "$OUT/status.txt"; }
 
 case "${1:-}" in
 install)
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" .gpu/whl/*.whl \
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" "${2:?a folder of wheels}"/*.whl \
     || exit 1
-  PYTHONPATH=$SITE python3 -c "import prefect, pydantic, transformers; print('prefect', prefect.__version__)"
-  exit $?;;
+  echo "installed the $(ls "$2"/*.whl | wc -l) wheels of $2 into $SITE"; exit 0;;
 stages)  # in the scratch tree, under the Prefect server of the main run
   step "2a pretrain@mlm-42 under torchrun, killed after its first checkpoint"
   rm -rf checkpoints/pretrain/mlm-42 models/mlm-42
@@ -58,7 +58,7 @@ esac
 
 mkdir -p "$OUT"
 exec > >(tee -a "$OUT/log.txt") 2>&1
-[ -d "$SITE/prefect" ] || { echo "no Prefect in $SITE: run 'bash benchmarks/device/run.sh install' first"; exit 2; }
+[ -d "$SITE/prefect" ] && [ -d "$SITE/seqeval" ] || { echo "no stack in $SITE: run 'bash benchmarks/device/run.sh install <folder>' for each folder of .gpu/whl first"; exit 2; }
 export PYTHONPATH="$SITE:$PWD"
 python3 -c "import torch, transformers, prefect; print('torch', torch.__version__, 'transformers', transformers.__version__, 'prefect', prefect.__version__, 'cuda', torch.cuda.is_available())"
 [ "$DEVICE" = cuda ] && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
