@@ -106,9 +106,10 @@ def import_closure(root: Path, module: str, params_keys: set[str] | None = None)
         params_keys: the top-level ``params.yaml`` keys a stage declares. Given, the schema modules
             of the other sections are left out (module docstring); ``None`` follows every import.
     """
-    sections = _section_modules(root) if params_keys is not None else {}
-    wanted = {sections[key] for key in params_keys or () if key in sections}
     by_name = _params_exports(root) if params_keys is not None else {}
+    sections = _section_modules(root, by_name)
+    schemas = set(sections.values())
+    wanted = {sections[key] for key in params_keys or () if key in sections}
     seen: set[Path] = set()
     named: set[str] = set()
     todo = [module]
@@ -123,7 +124,7 @@ def import_closure(root: Path, module: str, params_keys: set[str] | None = None)
                 imports = _imports(tree)
                 if params_keys is not None:
                     if ".".join(parts[:i]) == PARAMS:  # its sections' schemas: only those the stage reads
-                        imports = {m for m in imports if ".".join(m.split(".")[:4]) not in sections.values()}
+                        imports = {m for m in imports if not any(m == s or m.startswith(s + ".") for s in schemas)}
                     wanted |= {by_name[n] for n in _names_from(tree, PARAMS) if n in by_name}
                 todo.extend(imports)
                 named |= _file_names(tree)
@@ -142,10 +143,9 @@ def _params_exports(root: Path) -> dict[str, str]:
             and (node.module or "").startswith(PARAMS + ".") for alias in node.names}
 
 
-def _section_modules(root: Path) -> dict[str, str]:
+def _section_modules(root: Path, exports: dict[str, str]) -> dict[str, str]:
     """``{top-level params key: the module of its schema}`` from the annotations of ``Params``
-    (keys of plain types, such as ``seed``, have none)."""
-    exports = _params_exports(root)
+    (keys of plain types, such as ``seed``, have none); ``exports``: :func:`_params_exports`."""
     if not exports:
         return {}
     tree = ast.parse((root / module_path(root, PARAMS)).read_text(encoding="utf-8"))
