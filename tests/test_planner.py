@@ -64,6 +64,25 @@ def test_a_study_with_invalid_overrides_is_refused_before_any_experiment(monkeyp
     study.check_params({**study.STUDIES["study"], **reduced})  # a valid reduced study passes
 
 
+def test_a_study_warns_when_its_workers_threads_exceed_the_cores(monkeypatch, capsys):
+    """``pretrain.threads`` fixes a pretraining's weights whatever --workers says (tests/test_pretrain.py);
+    workers x threads over the cores thrash, and the study says so, with the count that fits, before it starts."""
+    monkeypatch.setattr(study, "uncommitted", lambda: [])
+    monkeypatch.setattr(study.os, "sched_getaffinity", lambda _: {0, 1})
+
+    def stop(*args):
+        raise SystemExit(0)
+
+    monkeypatch.setattr(study, "run_units", stop)
+    with pytest.raises(SystemExit):
+        study.main(["study", "--workers", "2"])  # params.yaml: 2 threads
+    err = capsys.readouterr().err
+    assert "2 workers x pretrain.threads 2 > 2 cores" in err and "-S pretrain.threads=1 fits them" in err
+    with pytest.raises(SystemExit):
+        study.main(["study", "--workers", "2", "-S", "pretrain.threads=1"])
+    assert "thrash" not in capsys.readouterr().err
+
+
 def test_a_study_is_cut_into_one_unit_per_pretraining_seed_the_sweeps_seed_first():
     params = {"compare": "[mlm,wwm]", "pretrain.seeds": "[43,42,44]", "curves.tasks": "[msra_ner]"}
     cut = study.units(params, sweep_seed=42)

@@ -489,3 +489,39 @@ def test_batch_gives_the_tensors_of_the_per_example_loop():
                    [(new_ids, old_ids), (new_words, old_words), (new_lex, old_lex)])
     with pytest.raises(IndexError):
         static.batch(np.array([-1]))
+
+
+def test_pinned_threads_give_the_same_weights_whatever_threads_the_process_has(tmp_path):
+    """``pretrain.threads`` fixes the run's intra-op threads, so a study's workers (each with its share
+    of the cores) train the models a one-worker study trains; unpinned, the thread count shows in the
+    weights (the check can fail)."""
+    before = torch.get_num_threads()
+
+    def weights(process_threads, threads):
+        torch.manual_seed(0)
+        config = BertConfig(vocab_size=500, hidden_size=128, num_hidden_layers=2, num_attention_heads=2,
+                            intermediate_size=512, max_position_embeddings=128)
+        model = PretrainingModel(BertForMaskedLM(config))
+        rng = np.random.default_rng(0)
+        rows = {"input_ids": [], "masked_positions": [], "masked_labels": []}
+        for _ in range(64):
+            ids = rng.integers(5, 500, 120)
+            pos = np.sort(rng.choice(np.arange(1, 119), 18, replace=False))
+            rows["masked_labels"].append(ids[pos].tolist())
+            ids[pos] = 3
+            rows["input_ids"].append(ids.tolist())
+            rows["masked_positions"].append(pos.tolist())
+        torch.set_num_threads(process_threads)
+        try:
+            summary = train.fn(model, PretrainingExamples.from_table(pa.table(rows)),
+                               cfg(token_budget=8 * 120 * 10, batch_size=8, threads=threads), seed=1,
+                               device=torch.device("cpu"), checkpoint=tmp_path / f"{process_threads}-{threads}.pt",
+                               fingerprint="f", log=lambda _: None)
+            assert torch.get_num_threads() == process_threads  # restored
+        finally:
+            torch.set_num_threads(before)
+        assert summary["threads"] == (threads or process_threads)
+        return torch.cat([p.detach().flatten() for p in model.parameters()])
+
+    assert not torch.equal(weights(1, None), weights(2, None))
+    assert torch.equal(weights(1, 2), weights(2, 2))

@@ -17,7 +17,8 @@ name, params, wall time, the stages that ran) and the MDE planner's ``plan.md`` 
 independent work, one per pretraining seed (every compared objective's data, pretraining, curves and
 fine-tunings for that seed), each a DVC experiment of its own run by DVC's experiment queue (``dvc
 exp run --queue``, ``dvc queue start --jobs N``: each in a temporary workspace, all sharing the
-cache, each with its share of the cores' threads). The unit of ``sweep.seed`` runs first, alone,
+cache). A pretraining pins its intra-op threads (``pretrain.threads``), so no result depends on ``N``; ``N`` x
+``pretrain.threads`` over the cores thrashes, which the study says before it starts. The unit of ``sweep.seed`` runs first, alone,
 since every unit's sweeps train on its data; the others then run ``N`` at once. Each stage a unit
 ran is in DVC's run cache, so the final experiment with every seed (the one the report comes from)
 finds every stage done and runs only the report. A unit killed mid-stage leaves nothing behind (DVC
@@ -49,7 +50,7 @@ from pathlib import Path
 from tasks.core import paths
 from tasks.core.io import atomic_outputs, to_json
 from tasks.core.lifetime import die_with_parent
-from tasks.core.params import PARAMS_FILE, ParamsError, load_params
+from tasks.core.params import PARAMS_FILE, Params, ParamsError, load_params
 from tasks.report.planner import main as plan
 
 STUDIES = {
@@ -113,9 +114,10 @@ def _flags(params: dict) -> list[str]:
     return [a for k, v in params.items() for a in ("-S", k if v is None else f"{k}={v}")]
 
 
-def check_params(params: dict) -> None:
+def check_params(params: dict) -> Params:
     """Validate ``params.yaml`` with the study's overrides applied (by DVC's own Hydra parser, on a copy), so
-    that bad params are refused before any experiment starts, not by the first stage that reads them.
+    that bad params are refused before any experiment starts, not by the first stage that reads them; the
+    validated params.
 
     Raises:
         ParamsError: the overridden params are invalid (every offending key named).
@@ -128,7 +130,7 @@ def check_params(params: dict) -> None:
         shutil.copyfile(PARAMS_FILE, copy)
         apply_overrides(copy, overrides)
         try:
-            load_params(copy)
+            return load_params(copy)
         except ParamsError as exc:
             raise ParamsError(f"{str(exc).replace(str(copy), PARAMS_FILE)} (with the study's -S "
                               f"{' -S '.join(overrides)})") from None
@@ -141,9 +143,8 @@ def run_units(name: str, params: dict, workers: int, log) -> str:
     out = _run(["dvc", "exp", "run", "--temp", "--name", f"{name}-unit-1", *_flags(first)], log)
     for i, unit in enumerate(rest, start=2):
         _run(["dvc", "exp", "run", "--queue", "--name", f"{name}-unit-{i}", *_flags(unit)], log)
-    # The units side by side share the cores: each gets its share of threads (torch reads OMP_NUM_THREADS at
-    # start), else N units x all-core thread pools thrash (2 on 2 cores: 2.3x slower than one at a time). The
-    # thread count changes float rounding, so these units' models differ from a one-worker study's in the last bits.
+    # The units side by side share the cores: each gets its share of threads for what does not pin its own (torch
+    # reads OMP_NUM_THREADS at start; pretraining pins pretrain.threads, which its result depends on).
     threads = max(1, len(os.sched_getaffinity(0)) // workers)
     _run(["dvc", "queue", "start", "--jobs", str(workers)], log, env={"OMP_NUM_THREADS": str(threads)})
     while True:
@@ -183,10 +184,14 @@ def main(argv: list[str]) -> int:
     name = time.strftime(f"{which}-%Y%m%d-%H%M%S")
     params = {**{k: v() if callable(v) else v for k, v in STUDIES[which].items()}, **overrides}
     try:
-        check_params(params)
+        threads, cores = check_params(params).pretrain.threads, len(os.sched_getaffinity(0))
     except ParamsError as exc:
         print(f"study: {exc}", file=sys.stderr)
         return 2
+    if workers > 1 and (threads or cores) * workers > cores:  # measured: 2 x 2 threads on 2 cores, 1.74x slower
+        print(f"study: {workers} workers x pretrain.threads {threads or cores} > {cores} cores: the pretrainings "
+              f"side by side will thrash; -S pretrain.threads={max(1, cores // workers)} fits them (its models then "
+              "differ from the default run's in their last bits, so its cache serves them no longer)", file=sys.stderr)
     t0 = time.time()
     out = run_units(name, params, workers, sys.stdout) if workers > 1 and "pretrain.seeds" in params else ""
     out += _run(["dvc", "exp", "run", "--temp", "--name", name, *_flags(params), *argv], sys.stdout)

@@ -20,7 +20,7 @@ import csv
 import math
 import resource
 import time
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Callable
 
@@ -107,7 +107,8 @@ def train(model: PretrainingModel | ElectraPretrainingModel, data: PretrainingEx
     global batch's predicted tokens (MLM), tokens (RTD) and sequences (NSP/SOP), so the summed gradient is
     the global batch's mean-loss gradient: the loss curve does not depend on the number of
     processes or accumulation steps, up to float rounding (tests/test_distributed.py). With one
-    process and one micro-batch the step is the plain one, unweighted.
+    process and one micro-batch the step is the plain one, unweighted. On CPU it runs with
+    ``cfg.threads`` intra-op threads (:func:`intra_op_threads`).
 
     Args:
         checkpoint: file of the rolling checkpoint, written by rank 0 every ``cfg.checkpoint_every``
@@ -126,9 +127,26 @@ def train(model: PretrainingModel | ElectraPretrainingModel, data: PretrainingEx
     Raises:
         ParamsError: the global batch does not split over processes and accumulation steps.
     """
-    with exclusive(checkpoint) if ranks.is_main else nullcontext():
+    with exclusive(checkpoint) if ranks.is_main else nullcontext(), intra_op_threads(cfg.threads, device):
         return _train(model, data, cfg, seed, device, checkpoint, fingerprint, log, ranks, snapshots, snapshot,
                       equal_flops)
+
+
+@contextmanager
+def intra_op_threads(threads: int | None, device: torch.device):
+    """torch's CPU intra-op threads set to ``threads`` (None or CUDA: left alone), restored on exit.
+
+    The weight gradients' reductions split over the threads, so their count changes a CPU run's last
+    bits (2 threads against 1: different weights after 60 steps of the default model; the forward pass
+    does not change): fixing it makes a result independent of the cores and of the processes beside it.
+    """
+    before = torch.get_num_threads()
+    if threads is not None and device.type == "cpu":
+        torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def _train(model: PretrainingModel | ElectraPretrainingModel, data: PretrainingExamples, cfg: Pretrain, seed: int,

@@ -228,6 +228,9 @@ class Pretrain(_Strict):
     log_every: int = Field(ge=1)
     checkpoint_every: int = Field(ge=1)
     device: Device
+    threads: int | None = Field(None, ge=1, description="CPU intra-op threads of the training process (torch."
+                                "set_num_threads): float rounding depends on them, so they are part of the recipe "
+                                "and no number of study workers changes a result; null: the process's own")
     # GPU options (tasks.pretraining.modeling.prepare_model); bf16 and tf32 are no-ops on CPU
     bf16: bool = Field(True, description="CUDA: bf16 autocast (mixed precision); CPU runs fp32 whatever this says")
     tf32: bool = Field(True, description="CUDA: TF32 tensor cores for the fp32 matmuls left outside autocast")
