@@ -96,7 +96,7 @@ def run(out: str, case: str = "static", accumulation: int = 1, checkpoint: str |
 
     cfg = load_params().pretrain.model_copy(update=dict(  # the repo's pretrain params, scaled down
         token_budget=7000, batch_size=8, accumulation_steps=accumulation, learning_rate=1e-3,
-        log_every=5, checkpoint_every=10, device="cpu"))
+        log_every=5, checkpoint_every=10, device="cpu", threads=1))  # one thread per rank
     summary = train.fn(model, data, cfg, seed=1, device=device, checkpoint=Path(checkpoint or f"{out}.ckpt"),
                        fingerprint="f", log=log, ranks=ranks)
     result = {"rows": summary["rows"], "model": model.state_dict(), "world": ranks.world}
