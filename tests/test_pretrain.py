@@ -28,13 +28,13 @@ def tiny_model(seed=0, **heads):
     return PretrainingModel(BertForMaskedLM(cfg), **heads)
 
 
-def tiny_data(n=40, seed=0):
+def tiny_data(n=40, seed=0, vocab=60, lengths=(6, 20), masked=2):
     rng = np.random.default_rng(seed)
     rows = {"input_ids": [], "masked_positions": [], "masked_labels": []}
     for _ in range(n):
-        length = int(rng.integers(6, 20))
-        ids = rng.integers(5, 60, length)
-        pos = np.sort(rng.choice(np.arange(1, length - 1), 2, replace=False))
+        length = int(rng.integers(*lengths))
+        ids = rng.integers(5, vocab, length)
+        pos = np.sort(rng.choice(np.arange(1, length - 1), masked, replace=False))
         rows["masked_labels"].append(ids[pos].tolist())
         ids[pos] = 3
         rows["input_ids"].append(ids.tolist())
@@ -496,25 +496,16 @@ def test_pinned_threads_give_the_same_weights_whatever_threads_the_process_has(t
     of the cores) train the models a one-worker study trains; unpinned, the thread count shows in the
     weights (the check can fail)."""
     before = torch.get_num_threads()
+    data = tiny_data(64, vocab=500, lengths=(120, 121), masked=18)  # the default model's width: reductions split
 
     def weights(process_threads, threads):
         torch.manual_seed(0)
         config = BertConfig(vocab_size=500, hidden_size=128, num_hidden_layers=2, num_attention_heads=2,
                             intermediate_size=512, max_position_embeddings=128)
         model = PretrainingModel(BertForMaskedLM(config))
-        rng = np.random.default_rng(0)
-        rows = {"input_ids": [], "masked_positions": [], "masked_labels": []}
-        for _ in range(64):
-            ids = rng.integers(5, 500, 120)
-            pos = np.sort(rng.choice(np.arange(1, 119), 18, replace=False))
-            rows["masked_labels"].append(ids[pos].tolist())
-            ids[pos] = 3
-            rows["input_ids"].append(ids.tolist())
-            rows["masked_positions"].append(pos.tolist())
         torch.set_num_threads(process_threads)
         try:
-            summary = train.fn(model, PretrainingExamples.from_table(pa.table(rows)),
-                               cfg(token_budget=8 * 120 * 10, batch_size=8, threads=threads), seed=1,
+            summary = train.fn(model, data, cfg(token_budget=8 * 120 * 10, batch_size=8, threads=threads), seed=1,
                                device=torch.device("cpu"), checkpoint=tmp_path / f"{process_threads}-{threads}.pt",
                                fingerprint="f", log=lambda _: None)
             assert torch.get_num_threads() == process_threads  # restored

@@ -21,9 +21,9 @@ cache). A pretraining pins its intra-op threads (``pretrain.threads``), so no re
 ``N``; ``N`` x ``pretrain.threads`` over the cores thrashes, which the study says before it starts.
 The unit of ``sweep.seed`` runs first, alone, since every unit's sweeps train on its data; the
 others then run ``N`` at once. Each stage a unit ran is in DVC's run cache, so the final experiment
-with every seed (the one the report comes from) finds every stage done and runs only the report. A unit killed mid-stage leaves nothing behind (DVC
-removes its temporary workspace); rerunning the study queues it again and it takes what it finished
-from the run cache. On several machines the run cache travels through the DVC remote (``dvc push
+with every seed (the one the report comes from) finds every stage done and runs only the report. A
+unit killed mid-stage leaves nothing behind (DVC removes its temporary workspace); rerunning the
+study queues it again and it takes what it finished from the run cache. On several machines the run cache travels through the DVC remote (``dvc push
 --run-cache`` / ``dvc pull --run-cache``): docs/running.md.
 
 Usage::
