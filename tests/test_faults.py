@@ -99,12 +99,13 @@ def test_an_error_stops_the_other_jobs_without_waiting_for_them():
     def job(i):
         if i == 1:
             raise ValueError("a truncated file")
-        time.sleep(30)
+        time.sleep(300)
 
     t0 = time.perf_counter()
     with pytest.raises(ValueError, match="a truncated file"):
         map_processes(job, [0, 1, 2], 2, "t", str)
-    assert time.perf_counter() - t0 < 10  # the sleeping worker is killed, not waited for
+    # the sleeping worker is killed, not waited for (the bound leaves room for a loaded machine's spawns)
+    assert time.perf_counter() - t0 < 120
 
 
 def test_segment_like_step_killed_mid_run_fails_then_the_rerun_finishes_it_identically(tmp_path):
