@@ -61,6 +61,7 @@ bench: setup
 	python benchmarks/scale.py
 	python benchmarks/error_rates.py
 	python benchmarks/plateau.py
+	python benchmarks/stage_overhead.py
 	python benchmarks/summary.py
 
 # The bert-base preset for 300 steps on CUDA, next to Hugging Face's Trainer: tokens/s, MFU,

@@ -112,7 +112,8 @@ def render() -> str:
                      f"were committed ({', '.join(changed[:4])}{', …' if len(changed) > 4 else ''}); rerun "
                      f"`python benchmarks/{name}.py`.", ""] if changed else []),
                   f"Commit: {result.get('commit') or 'not recorded'}. "
-                  f"Machine: {machine.get('cpu')}, {machine.get('cores')} cores, "
+                  f"Machine: {machine.get('cpu')}"
+                  + (f" ({', '.join(machine['isa'])})" if machine.get("isa") else "") + f", {machine.get('cores')} cores, "
                   + (f"Python {machine['python']}, " if machine.get("python") else "") + f"torch {machine.get('torch')} "
                   f"({machine.get('threads')} threads), GPU: {machine.get('gpu') or 'none'}. "
                   f"Settings: {', '.join(f'{k} {_cell(v)}' for k, v in result.get('settings', {}).items())}.", "",

@@ -1,0 +1,176 @@
+"""A stage's fixed cost: what each stage of ``dvc repro`` spends besides its own work (a Python
+interpreter, importing its flow module, Prefect's flow run, DVC's update of ``dvc.lock``), each
+against its peer, and what it adds up to over the stages of the committed run.
+
+* interpreter: ``python -c pass``.
+* import: ``python -X importtime -c "import flows.<module>"`` for each flow module the stages of
+  ``dvc.lock`` run, minus the interpreter; its self time shared out by top-level package (torch,
+  transformers, prefect, scipy, ...), which says how much of it is the project's.
+* flow: the first call, in a fresh process, of a flow running one task (``stage_task``, as every
+  stage's) against a local Prefect server, against calling the task's function plainly (the peer).
+* lock: DVC's update of ``dvc.lock`` after each stage (``dvc.utils.serialize.modify_yaml``: a
+  round-trip parse that keeps its comments, then a dump) on a copy of the project's lock, against
+  DVC's plain parse of the same file (what it reads when it collects the stages).
+
+The fixed cost of the run is the sum over the stages of ``dvc.lock`` of interpreter + their
+module's import + flow + lock update. Writes ``benchmarks/results/stage_overhead.json``::
+
+    python benchmarks/stage_overhead.py [--repeats 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from tasks.orchestration.code_deps import FLOW_CMD  # noqa: E402  (after the path)
+from tasks.orchestration.prefect_server import prefect_server  # noqa: E402
+
+from results import write_results  # noqa: E402  (benchmarks/results.py)
+
+CHILD_FLOW = "--flow-child"
+
+
+def _wall(cmd: list[str], env: dict | None = None) -> tuple[float, str]:
+    """Seconds ``cmd`` ran (from the repository root) and its stderr.
+
+    Raises:
+        RuntimeError: the command failed (its stderr's tail).
+    """
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=env)
+    if proc.returncode:
+        raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr[-2000:]}")
+    return time.perf_counter() - t0, proc.stderr
+
+
+def stage_modules(lock: Path) -> Counter:
+    """``{flow module: how many stages of lock run it}``."""
+    stages = yaml.safe_load(lock.read_text(encoding="utf-8"))["stages"]
+    return Counter(FLOW_CMD.search(stage["cmd"]).group(1) for stage in stages.values())
+
+
+def package_shares(importtime: str) -> dict[str, float]:
+    """Self import time by top-level package, as shares of the whole (``-X importtime``'s stderr)."""
+    by_package: Counter = Counter()
+    for line in importtime.splitlines():
+        if line.startswith("import time:") and "self [us]" not in line:
+            _, self_us, _, name = (part.strip() for part in line.replace("import time:", "|").split("|"))
+            by_package[name.split(".")[0]] += int(self_us)
+    total = sum(by_package.values())
+    return {name: us / total for name, us in by_package.most_common()}
+
+
+def flow_child() -> None:
+    """In a fresh process (``PREFECT_API_URL`` set): print the seconds of a one-task flow's first call
+    and of the same task's function called plainly, as JSON."""
+    from prefect import flow
+
+    from tasks.core.stage import stage_task
+
+    @stage_task
+    def work() -> int:
+        return sum(range(1000))
+
+    @flow(name="stage_overhead")
+    def one_task() -> int:
+        return work()
+
+    t0 = time.perf_counter()
+    one_task()
+    t1 = time.perf_counter()
+    work.fn()
+    print(json.dumps({"flow_sec": t1 - t0, "plain_sec": time.perf_counter() - t1}))
+
+
+def lock_update(lock: Path, repeats: int) -> dict:
+    """DVC's update of a copy of ``lock`` (median seconds) against its plain parse of it."""
+    from dvc.utils.serialize import load_yaml, modify_yaml
+
+    with tempfile.TemporaryDirectory() as tmp:
+        copy = Path(tmp) / "dvc.lock"
+        shutil.copy(lock, copy)
+        updates, reads = [], []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            with modify_yaml(str(copy)) as data:
+                data["stages"] = data.get("stages", {})
+            t1 = time.perf_counter()
+            load_yaml(str(copy))
+            updates.append(t1 - t0)
+            reads.append(time.perf_counter() - t1)
+    stages = yaml.safe_load(lock.read_text(encoding="utf-8"))["stages"]
+    update, read = statistics.median(updates), statistics.median(reads)
+    return {"bytes": lock.stat().st_size, "stages": len(stages),
+            "entries": sum(len(s.get("deps", [])) + len(s.get("outs", [])) for s in stages.values()),
+            "update_sec": round(update, 3), "plain_parse_sec": round(read, 3), "update_vs_parse": round(update / read, 2)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeats", type=int, default=2, help="runs of each measure (the median is kept)")
+    parser.add_argument(CHILD_FLOW, action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.flow_child:
+        flow_child()
+        return 0
+    lock = ROOT / "dvc.lock"
+    python = [sys.executable]
+    interpreter = statistics.median(_wall([*python, "-c", "pass"])[0] for _ in range(max(3, args.repeats)))
+
+    modules, imports, shares = stage_modules(lock), {}, Counter()
+    for module, stages in sorted(modules.items()):
+        runs = [_wall([*python, "-X", "importtime", "-c", f"import {module}"]) for _ in range(args.repeats)]
+        seconds = statistics.median(sec for sec, _ in runs) - interpreter
+        imports[module.removeprefix("flows.")] = {"stages": stages, "import_sec": round(seconds, 2)}
+        for package, share in package_shares(runs[0][1]).items():  # weighted by the stages that pay it
+            shares[package] += share * seconds * stages
+    import_total = sum(m["import_sec"] * m["stages"] for m in imports.values())
+
+    with prefect_server() as api:
+        env = {**os.environ, "PREFECT_API_URL": api}
+        flows = [json.loads(subprocess.run([*python, __file__, CHILD_FLOW], cwd=ROOT, capture_output=True, text=True,
+                                           env=env, check=True).stdout.splitlines()[-1])
+                 for _ in range(args.repeats)]
+    flow_sec = statistics.median(f["flow_sec"] for f in flows)
+    plain_sec = statistics.median(f["plain_sec"] for f in flows)
+    dvc = lock_update(lock, args.repeats)
+
+    n = sum(modules.values())
+    parts = {"interpreter": interpreter * n, "imports": import_total, "prefect flow": flow_sec * n,
+             "dvc.lock update": dvc["update_sec"] * n}
+    fixed = sum(parts.values())
+    print(f"{n} stages: fixed cost {fixed / 60:.1f} min, {fixed / n:.1f} s a stage: "
+          + ", ".join(f"{k} {sec / n:.2f} s" for k, sec in parts.items()))
+    print(f"a one-task flow {flow_sec:.2f} s against the plain call's {plain_sec * 1e6:.0f} us; DVC's update of "
+          f"dvc.lock ({dvc['bytes']:,} bytes) {dvc['update_sec']} s, x{dvc['update_vs_parse']} its plain parse")
+    write_results("stage_overhead", {"repeats": args.repeats}, {
+        "stages": n, "fixed_run_min": round(fixed / 60, 1), "fixed_per_stage_sec": round(fixed / n, 2),
+        "parts": {name: {"per_stage_sec": round(sec / n, 2), "run_min": round(sec / 60, 1),
+                         "share": round(sec / fixed, 3)} for name, sec in parts.items()},
+        "against the peer": {
+            "prefect flow vs plain call": {"sec": round(flow_sec, 3), "peer_sec": round(plain_sec, 6),
+                                           "ratio": round(flow_sec / plain_sec)},
+            "dvc.lock update vs plain parse": {"sec": dvc["update_sec"], "peer_sec": dvc["plain_parse_sec"],
+                                               "ratio": dvc["update_vs_parse"]}},
+        "dvc.lock": {k: dvc[k] for k in ("bytes", "stages", "entries")},
+        "import time by package": {p: {"share": round(sec / import_total, 3)} for p, sec in shares.most_common(8)},
+        "imports by flow module": imports})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
