@@ -10,7 +10,9 @@ against its peer, and what it adds up to over the stages of the committed run.
   stage's) against a local Prefect server, against calling the task's function plainly (the peer).
 * lock: DVC's update of ``dvc.lock`` after each stage (``dvc.utils.serialize.modify_yaml``: a
   round-trip parse that keeps its comments, then a dump) on a copy of the project's lock, against
-  DVC's plain parse of the same file (what it reads when it collects the stages).
+  DVC's plain parse of the same file (what it reads when it collects the stages); then on the lock
+  with its stages repeated 2 and 4 times, as a study's longer DAG makes it. The update grows with
+  the lock, so a run's total grows with the square of its stages (treeverse/dvc#10629).
 
 The fixed cost of the run is the sum over the stages of ``dvc.lock`` of interpreter + their
 module's import + flow + lock update. Writes ``benchmarks/results/stage_overhead.json``::
@@ -30,6 +32,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from copy import deepcopy
 from pathlib import Path
 
 import yaml
@@ -96,26 +99,33 @@ def flow_child() -> None:
     print(json.dumps({"flow_sec": t1 - t0, "plain_sec": time.perf_counter() - t1}))
 
 
-def lock_update(lock: Path, repeats: int) -> dict:
-    """DVC's update of a copy of ``lock`` (median seconds) against its plain parse of it."""
+def lock_update(lock: Path, repeats: int, copies: int = 1) -> dict:
+    """DVC's update of ``lock`` with its stages ``copies`` times over (a longer DAG's lock; median
+    seconds), against DVC's plain parse of the same file."""
     from dvc.utils.serialize import load_yaml, modify_yaml
 
+    data = yaml.safe_load(lock.read_text(encoding="utf-8"))
+    data["stages"] = {f"{name}{f'~{k}' if k else ''}": deepcopy(stage) for k in range(copies)  # no YAML aliases
+                      for name, stage in data["stages"].items()}
     with tempfile.TemporaryDirectory() as tmp:
         copy = Path(tmp) / "dvc.lock"
-        shutil.copy(lock, copy)
+        if copies == 1:
+            shutil.copy(lock, copy)
+        else:
+            copy.write_text(yaml.safe_dump(data, sort_keys=False, allow_unicode=True), encoding="utf-8")
         updates, reads = [], []
         for _ in range(repeats):
             t0 = time.perf_counter()
-            with modify_yaml(str(copy)) as data:
-                data["stages"] = data.get("stages", {})
+            with modify_yaml(str(copy)) as doc:
+                doc["stages"] = doc.get("stages", {})
             t1 = time.perf_counter()
             load_yaml(str(copy))
             updates.append(t1 - t0)
             reads.append(time.perf_counter() - t1)
-    stages = yaml.safe_load(lock.read_text(encoding="utf-8"))["stages"]
+        size = copy.stat().st_size
     update, read = statistics.median(updates), statistics.median(reads)
-    return {"bytes": lock.stat().st_size, "stages": len(stages),
-            "entries": sum(len(s.get("deps", [])) + len(s.get("outs", [])) for s in stages.values()),
+    return {"bytes": size, "stages": len(data["stages"]),
+            "entries": sum(len(s.get("deps", [])) + len(s.get("outs", [])) for s in data["stages"].values()),
             "update_sec": round(update, 3), "plain_parse_sec": round(read, 3), "update_vs_parse": round(update / read, 2)}
 
 
@@ -148,6 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     flow_sec = statistics.median(f["flow_sec"] for f in flows)
     plain_sec = statistics.median(f["plain_sec"] for f in flows)
     dvc = lock_update(lock, args.repeats)
+    growth = [lock_update(lock, args.repeats, k) for k in (2, 4)]  # a study's lock: more seeds, more stages
 
     n = sum(modules.values())
     parts = {"interpreter": interpreter * n, "imports": import_total, "prefect flow": flow_sec * n,
@@ -156,7 +167,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{n} stages: fixed cost {fixed / 60:.1f} min, {fixed / n:.1f} s a stage: "
           + ", ".join(f"{k} {sec / n:.2f} s" for k, sec in parts.items()))
     print(f"a one-task flow {flow_sec:.2f} s against the plain call's {plain_sec * 1e6:.0f} us; DVC's update of "
-          f"dvc.lock ({dvc['bytes']:,} bytes) {dvc['update_sec']} s, x{dvc['update_vs_parse']} its plain parse")
+          f"dvc.lock ({dvc['bytes']:,} bytes) {dvc['update_sec']} s, x{dvc['update_vs_parse']} its plain parse; "
+          + ", ".join(f"{g['stages']} stages {g['update_sec']} s" for g in growth))
     write_results("stage_overhead", {"repeats": args.repeats}, {
         "stages": n, "fixed_run_min": round(fixed / 60, 1), "fixed_per_stage_sec": round(fixed / n, 2),
         "parts": {name: {"per_stage_sec": round(sec / n, 2), "run_min": round(sec / 60, 1),
@@ -166,7 +178,8 @@ def main(argv: list[str] | None = None) -> int:
                                            "ratio": round(flow_sec / plain_sec)},
             "dvc.lock update vs plain parse": {"sec": dvc["update_sec"], "peer_sec": dvc["plain_parse_sec"],
                                                "ratio": dvc["update_vs_parse"]}},
-        "dvc.lock": {k: dvc[k] for k in ("bytes", "stages", "entries")},
+        "dvc.lock update by its size (the stages repeated)": {
+            f"{g['stages']} stages": {k: g[k] for k in ("bytes", "entries", "update_sec")} for g in (dvc, *growth)},
         "import time by package": {p: {"share": round(sec / import_total, 3)} for p, sec in shares.most_common(8)},
         "imports by flow module": imports})
     return 0
