@@ -5,7 +5,8 @@ against its peer, and what it adds up to over the stages of the committed run.
 * interpreter: ``python -c pass``.
 * import: ``python -X importtime -c "import flows.<module>"`` for each flow module the stages of
   ``dvc.lock`` run, minus the interpreter; its self time shared out by top-level package (torch,
-  transformers, prefect, scipy, ...), which says how much of it is the project's.
+  transformers, prefect, scipy, ...), which says how much of it is the project's (transformers'
+  lazy ``AutoModel``-style names resolve inside the module that imports them, and count as its own).
 * flow: the first call, in a fresh process, of a flow running one task (``stage_task``, as every
   stage's) against a local Prefect server, against calling the task's function plainly (the peer).
 * lock: DVC's update of ``dvc.lock`` after each stage (``dvc.utils.serialize.modify_yaml``: a
@@ -47,14 +48,14 @@ from results import write_results  # noqa: E402  (benchmarks/results.py)
 CHILD_FLOW = "--flow-child"
 
 
-def _wall(cmd: list[str], env: dict | None = None) -> tuple[float, str]:
+def _wall(cmd: list[str]) -> tuple[float, str]:
     """Seconds ``cmd`` ran (from the repository root) and its stderr.
 
     Raises:
         RuntimeError: the command failed (its stderr's tail).
     """
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=env)
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     if proc.returncode:
         raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr[-2000:]}")
     return time.perf_counter() - t0, proc.stderr
@@ -181,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
         "dvc.lock update by its size (the stages repeated)": {
             f"x{g['stages'] // dvc['stages']}": {k: g[k] for k in ("stages", "bytes", "entries", "update_sec")}
             for g in (dvc, *growth)},
-        "import time by package": {p: {"share": round(sec / import_total, 3)} for p, sec in shares.most_common(8)},
+        "import time by package (the 8 largest)": {p: {"share": round(sec / import_total, 3)} for p, sec in shares.most_common(8)},
         "imports by flow module": imports})
     return 0
 
