@@ -33,7 +33,8 @@ def commit() -> str | None:
 
 
 def machine() -> dict:
-    """The facts a timing depends on: CPU and its vector extensions, cores, Python, torch threads and version, accelerator."""
+    """The facts a timing depends on: CPU and its vector extensions, cores, Python, torch threads and
+    version, accelerator."""
     info = Path("/proc/cpuinfo")
     lines = info.read_text().splitlines() if info.exists() else []
     cpu = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), platform.processor())

@@ -100,6 +100,14 @@ def _table(figures: dict, label: str = "") -> list[str]:
     return lines
 
 
+def _machine(machine: dict) -> str:
+    """The machine a result was taken on, in one line (older results lack the Python and ISA fields)."""
+    isa = f" ({', '.join(machine['isa'])})" if machine.get("isa") else ""
+    python = f"Python {machine['python']}, " if machine.get("python") else ""
+    return (f"{machine.get('cpu')}{isa}, {machine.get('cores')} cores, {python}torch {machine.get('torch')} "
+            f"({machine.get('threads')} threads), GPU: {machine.get('gpu') or 'none'}")
+
+
 def render() -> str:
     """The whole page."""
     lines = [HEAD]
@@ -111,11 +119,7 @@ def render() -> str:
                   *([f"**Older than the code it measures**: {len(changed)} of its files changed since these figures "
                      f"were committed ({', '.join(changed[:4])}{', …' if len(changed) > 4 else ''}); rerun "
                      f"`python benchmarks/{name}.py`.", ""] if changed else []),
-                  f"Commit: {result.get('commit') or 'not recorded'}. "
-                  f"Machine: {machine.get('cpu')}"
-                  + (f" ({', '.join(machine['isa'])})" if machine.get("isa") else "") + f", {machine.get('cores')} cores, "
-                  + (f"Python {machine['python']}, " if machine.get("python") else "") + f"torch {machine.get('torch')} "
-                  f"({machine.get('threads')} threads), GPU: {machine.get('gpu') or 'none'}. "
+                  f"Commit: {result.get('commit') or 'not recorded'}. Machine: {_machine(machine)}. "
                   f"Settings: {', '.join(f'{k} {_cell(v)}' for k, v in result.get('settings', {}).items())}.", "",
                   *_table(result["figures"])]
     return "\n".join(lines).rstrip() + "\n"
