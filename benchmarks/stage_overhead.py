@@ -48,17 +48,17 @@ from results import write_results  # noqa: E402  (benchmarks/results.py)
 CHILD_FLOW = "--flow-child"
 
 
-def _wall(cmd: list[str]) -> tuple[float, str]:
-    """Seconds ``cmd`` ran (from the repository root) and its stderr.
+def _wall(cmd: list[str], env: dict | None = None) -> tuple[float, subprocess.CompletedProcess]:
+    """Seconds ``cmd`` ran (from the repository root, in ``env``) and its finished process.
 
     Raises:
         RuntimeError: the command failed (its stderr's tail).
     """
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=env)
     if proc.returncode:
         raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr[-2000:]}")
-    return time.perf_counter() - t0, proc.stderr
+    return time.perf_counter() - t0, proc
 
 
 def stage_modules(lock: Path) -> Counter:
@@ -147,14 +147,13 @@ def main(argv: list[str] | None = None) -> int:
         runs = [_wall([*python, "-X", "importtime", "-c", f"import {module}"]) for _ in range(args.repeats)]
         seconds = statistics.median(sec for sec, _ in runs) - interpreter
         imports[module.removeprefix("flows.")] = {"stages": stages, "import_sec": round(seconds, 2)}
-        for package, share in package_shares(runs[0][1]).items():  # weighted by the stages that pay it
+        for package, share in package_shares(runs[0][1].stderr).items():  # weighted by the stages that pay it
             shares[package] += share * seconds * stages
     import_total = sum(m["import_sec"] * m["stages"] for m in imports.values())
 
     with prefect_server() as api:
         env = {**os.environ, "PREFECT_API_URL": api}
-        flows = [json.loads(subprocess.run([*python, __file__, CHILD_FLOW], cwd=ROOT, capture_output=True, text=True,
-                                           env=env, check=True).stdout.splitlines()[-1])
+        flows = [json.loads(_wall([*python, __file__, CHILD_FLOW], env)[1].stdout.splitlines()[-1])
                  for _ in range(args.repeats)]
     flow_sec = statistics.median(f["flow_sec"] for f in flows)
     plain_sec = statistics.median(f["plain_sec"] for f in flows)

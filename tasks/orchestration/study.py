@@ -23,8 +23,9 @@ The unit of ``sweep.seed`` runs first, alone, since every unit's sweeps train on
 others then run ``N`` at once. Each stage a unit ran is in DVC's run cache, so the final experiment
 with every seed (the one the report comes from) finds every stage done and runs only the report. A
 unit killed mid-stage leaves nothing behind (DVC removes its temporary workspace); rerunning the
-study queues it again and it takes what it finished from the run cache. On several machines the run cache travels through the DVC remote (``dvc push
---run-cache`` / ``dvc pull --run-cache``): docs/running.md.
+study queues it again and it takes what it finished from the run cache. On several machines the run
+cache travels through the DVC remote (``dvc push --run-cache`` / ``dvc pull --run-cache``):
+docs/running.md.
 
 Usage::
 
