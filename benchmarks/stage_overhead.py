@@ -3,8 +3,8 @@ interpreter, importing its flow module, Prefect's flow run, DVC's update of ``dv
 against its peer, and what it adds up to over the stages of the committed run.
 
 * interpreter: ``python -c pass``.
-* import: ``python -X importtime -c "import flows.<module>"`` for each flow module the stages of
-  ``dvc.lock`` run, minus the interpreter; its self time shared out by top-level package (torch,
+* import: ``python -c "import flows.<module>"`` for each flow module the stages of ``dvc.lock``
+  run, minus the interpreter; shared out by top-level package by one ``-X importtime`` run (torch,
   transformers, prefect, scipy, ...), which says how much of it is the project's (transformers'
   lazy ``AutoModel``-style names resolve inside the module that imports them, and count as its own).
 * flow: the first call, in a fresh process, of a flow running one task (``stage_task``, as every
@@ -16,7 +16,7 @@ against its peer, and what it adds up to over the stages of the committed run.
   the lock, so a run's total grows with the square of its stages (treeverse/dvc#10629).
 
 The fixed cost of the run is the sum over the stages of ``dvc.lock`` of interpreter + their
-module's import + flow + lock update. Writes ``benchmarks/results/stage_overhead.json``::
+module's import + flow + lock update; a stage's, their median over the stages. Writes ``benchmarks/results/stage_overhead.json``::
 
     python benchmarks/stage_overhead.py [--repeats 2]
 """
@@ -62,9 +62,9 @@ def _wall(cmd: list[str], env: dict | None = None) -> tuple[float, subprocess.Co
 
 
 def stage_modules(lock: Path) -> Counter:
-    """``{flow module: how many stages of lock run it}``."""
+    """``{flow module: how many stages of lock run it}`` (stage ``code``, which runs no flow, left out)."""
     stages = yaml.safe_load(lock.read_text(encoding="utf-8"))["stages"]
-    return Counter(FLOW_CMD.search(stage["cmd"]).group(1) for stage in stages.values())
+    return Counter(m.group(1) for stage in stages.values() if (m := FLOW_CMD.search(stage["cmd"])))
 
 
 def package_shares(importtime: str) -> dict[str, float]:
@@ -144,10 +144,12 @@ def main(argv: list[str] | None = None) -> int:
 
     modules, imports, shares = stage_modules(lock), {}, Counter()
     for module, stages in sorted(modules.items()):
-        runs = [_wall([*python, "-X", "importtime", "-c", f"import {module}"]) for _ in range(args.repeats)]
-        seconds = statistics.median(sec for sec, _ in runs) - interpreter
+        # timed plainly (-X importtime's own bookkeeping doubles an import's time), shared out by one traced run
+        seconds = statistics.median(_wall([*python, "-c", f"import {module}"])[0]
+                                    for _ in range(args.repeats)) - interpreter
         imports[module.removeprefix("flows.")] = {"stages": stages, "import_sec": round(seconds, 2)}
-        for package, share in package_shares(runs[0][1].stderr).items():  # weighted by the stages that pay it
+        traced = _wall([*python, "-X", "importtime", "-c", f"import {module}"])[1]
+        for package, share in package_shares(traced.stderr).items():  # weighted by the stages that pay it
             shares[package] += share * seconds * stages
     import_total = sum(m["import_sec"] * m["stages"] for m in imports.values())
 
@@ -164,13 +166,16 @@ def main(argv: list[str] | None = None) -> int:
     parts = {"interpreter": interpreter * n, "imports": import_total, "prefect flow": flow_sec * n,
              "dvc.lock update": dvc["update_sec"] * n}
     fixed = sum(parts.values())
-    print(f"{n} stages: fixed cost {fixed / 60:.1f} min, {fixed / n:.1f} s a stage: "
+    median = statistics.median(interpreter + imports[m.removeprefix("flows.")]["import_sec"] + flow_sec
+                               + dvc["update_sec"] for m, k in modules.items() for _ in range(k))
+    print(f"{n} stages: fixed cost {fixed / 60:.1f} min, {fixed / n:.1f} s a stage (median {median:.1f} s): "
           + ", ".join(f"{k} {sec / n:.2f} s" for k, sec in parts.items()))
     print(f"a one-task flow {flow_sec:.2f} s against the plain call's {plain_sec * 1e6:.0f} us; DVC's update of "
           f"dvc.lock ({dvc['bytes']:,} bytes) {dvc['update_sec']} s, x{dvc['update_vs_parse']} its plain parse; "
           + ", ".join(f"{g['stages']} stages {g['update_sec']} s" for g in growth))
     write_results("stage_overhead", {"repeats": args.repeats}, {
         "stages": n, "fixed_run_min": round(fixed / 60, 1), "fixed_per_stage_sec": round(fixed / n, 2),
+        "fixed_per_stage_median_sec": round(median, 2),
         "parts": {name: {"per_stage_sec": round(sec / n, 2), "run_min": round(sec / 60, 1),
                          "share": round(sec / fixed, 3)} for name, sec in parts.items()},
         "against the peer": {

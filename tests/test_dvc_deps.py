@@ -1,6 +1,6 @@
-"""dvc.yaml's code deps are exactly each flow's import closure: a module a stage imports but does
-not declare would leave a stale artifact; one it declares but never imports reruns it for nothing.
-The packages of tasks/ import each other without a cycle."""
+"""dvc.yaml's code deps are exactly each flow's import closure, as one fingerprint per stage: a module a
+stage imports but its fingerprint misses would leave a stale artifact; one it holds but the stage never
+imports reruns it for nothing. The packages of tasks/ import each other without a cycle."""
 
 import ast
 import shutil
@@ -10,7 +10,7 @@ from pathlib import Path
 import networkx as nx
 import yaml
 
-from tasks.orchestration.code_deps import code_dep_problems, import_closure, main, minimal_deps, write_code_deps
+from tasks.orchestration.code_deps import code_dep_problems, import_closure, main, write_code_deps, write_fingerprints
 from tests.conftest import ROOT
 
 
@@ -25,37 +25,49 @@ def _doctored(tmp_path: Path, edit) -> Path:
     return out
 
 
-def test_a_module_dropped_from_a_stage_is_reported_missing(tmp_path):
-    spec = yaml.safe_load((ROOT / "dvc.yaml").read_text(encoding="utf-8"))
-    deps = spec["stages"]["finetune"]["deps"]
-    assert "tasks/training" in deps  # it reads the whole package: optimizer, schedule, batching, DDP, seeds
-    deps[deps.index("tasks/training")] = "tasks/training/batching.py"
-    doctored = tmp_path / "dvc.yaml"
-    doctored.write_text(yaml.safe_dump(spec), encoding="utf-8")
+def _copy(tmp_path: Path) -> Path:
+    """A copy of the project's code, dvc.yaml and fingerprints in ``tmp_path``."""
+    for name in ("tasks", "flows", "fingerprints"):
+        shutil.copytree(ROOT / name, tmp_path / name, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "dvc.yaml", tmp_path)
+    return tmp_path
+
+
+def test_an_edit_makes_stale_the_fingerprints_of_exactly_the_stages_that_import_the_file(tmp_path):
+    root = _copy(tmp_path)
+    with (root / "tasks" / "downstream" / "ner.py").open("a") as f:
+        f.write("# an edit\n")
+    stale = {stage for stage, found in code_dep_problems(root).items() if found["stale"]}
+    importing = {f.stem for f in (root / "fingerprints").glob("*.txt") if "  tasks/downstream/ner.py\n" in f.read_text()}
+    assert stale == importing
+    assert {"finetune", "finetune_random", "probe", "distill", "prune"} <= stale
+    assert not stale & {"ingest", "segment", "tokenize", "acquire", "pretrain"}  # they never import ner.py
+    assert write_code_deps(root) == []  # dvc.yaml's lines stay; only the fingerprints change
+
+
+def test_a_code_file_as_a_dep_or_a_missing_fingerprint_is_reported(tmp_path):
+    # ingest reads no model: a training module listed among its deps is over-broad
+    doctored = _doctored(tmp_path, lambda t: t.replace("      - fingerprints/ingest.txt\n",
+                                                       "      - fingerprints/ingest.txt\n      - tasks/training/optim.py\n",
+                                                       1).replace("      - fingerprints/segment.txt\n", "", 1))
     problems = code_dep_problems(ROOT, doctored)
-    assert "tasks/training/optim.py" in problems["finetune"]["missing"]
-    assert set(problems) == {"finetune"}  # finetune_random, _baseline and _snapshot declare their own deps
-
-
-def test_a_module_a_stage_does_not_import_is_reported_over_broad(tmp_path):
-    # ingest reads no model: neither a training module nor the whole of tasks/core may be its dep
-    doctored = _doctored(tmp_path, lambda t: t.replace("      - tasks/corpus/ingest.py\n",
-                                                       "      - tasks/corpus/ingest.py\n      - tasks/training/optim.py\n"
-                                                       "      - tasks/core\n", 1))
-    over = code_dep_problems(ROOT, doctored)["ingest"]["over_broad"]
-    assert "tasks/training/optim.py" in over and "tasks/core/model_dir.py" in over and "tasks/core/rng.py" in over
+    assert problems["ingest"]["over_broad"] == ["tasks/training/optim.py"]
+    assert problems["segment"]["missing"] == ["fingerprints/segment.txt"]
+    assert set(problems) == {"ingest", "segment"}
 
 
 def test_the_check_fails_with_the_command_that_fixes_it(tmp_path, monkeypatch, capsys):
-    shutil.copytree(ROOT / "tasks", tmp_path / "tasks", ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copytree(ROOT / "flows", tmp_path / "flows", ignore=shutil.ignore_patterns("__pycache__"))
-    _doctored(tmp_path, lambda t: t.replace("      - tasks/corpus/segment.py\n", "", 1))
-    monkeypatch.chdir(tmp_path)
+    root = _copy(tmp_path)
+    _doctored(root, lambda t: t.replace("      - fingerprints/segment.txt\n", "", 1))
+    (root / "fingerprints" / "tokenize.txt").unlink()
+    monkeypatch.chdir(root)
     assert main([]) == 1
     out, err = capsys.readouterr()
-    assert "segment: missing code deps tasks/corpus/segment.py" in out and "--write" in err
+    assert "segment: missing code deps fingerprints/segment.txt" in out and "--write" in err
+    assert "tokenize: stale code deps fingerprints/tokenize.txt" in out
     assert main(["--write"]) == 0 and main([]) == 0  # written back, exact again
-    assert (tmp_path / "dvc.yaml").read_text(encoding="utf-8") == (ROOT / "dvc.yaml").read_text(encoding="utf-8")
+    assert (root / "dvc.yaml").read_text(encoding="utf-8") == (ROOT / "dvc.yaml").read_text(encoding="utf-8")
+    assert (root / "fingerprints" / "tokenize.txt").read_text() == (ROOT / "fingerprints" / "tokenize.txt").read_text()
 
 
 def _project(tmp_path: Path, files: dict[str, str]) -> None:
@@ -81,10 +93,6 @@ def test_closure_follows_function_level_and_package_imports_and_named_templates(
     _project(tmp_path, files)
     closure = {str(p) for p in import_closure(tmp_path, "flows.x")}
     assert closure == set(files) - {"tasks/unused.py", "tasks/c/templates/other.md.j2"}
-    # a folder stands for its files only when the stage reads every one of them
-    assert minimal_deps(tmp_path, import_closure(tmp_path, "flows.x")) == [
-        "flows", "tasks/__init__.py", "tasks/a.py", "tasks/c/__init__.py", "tasks/c/d.py", "tasks/c/f.py",
-        "tasks/c/templates/base.md.j2", "tasks/c/templates/page.md.j2"]
 
 
 def test_a_stage_depends_on_the_schemas_of_the_params_it_reads_only(tmp_path):
@@ -112,11 +120,16 @@ def test_a_stage_depends_on_the_schemas_of_the_params_it_reads_only(tmp_path):
     assert {str(p) for p in import_closure(tmp_path, "flows.x")} == set(files)  # no keys given: every import
 
 
-def test_write_replaces_only_the_code_deps(tmp_path):
+def test_write_replaces_only_the_code_deps_and_writes_the_fingerprints(tmp_path):
     _project(tmp_path, {"flows/__init__.py": "", "flows/x.py": "import tasks.a\n", "tasks/__init__.py": "",
                         "tasks/a.py": "", "tasks/b.py": ""})
     (tmp_path / "dvc.yaml").write_text(textwrap.dedent("""\
         stages:
+          code:
+            cmd: python -m tasks.orchestration.code_deps --fingerprint
+            deps: [tasks, flows]
+            outs:
+              - fingerprints/old.txt: {cache: false}
           x: &x
             cmd: python -m flows.x
             deps:
@@ -126,10 +139,20 @@ def test_write_replaces_only_the_code_deps(tmp_path):
               - data/in.txt
           y:
             <<: *x
+            deps:
+              # code
+              # data
+              - data/in.txt
         """))
-    assert write_code_deps(tmp_path) == ["x"]
-    stage = yaml.safe_load((tmp_path / "dvc.yaml").read_text())["stages"]["x"]
-    assert stage["deps"] == ["flows", "tasks/__init__.py", "tasks/a.py", "data/in.txt"]
+    assert write_code_deps(tmp_path) == ["code", "x", "y"]
+    spec = yaml.safe_load((tmp_path / "dvc.yaml").read_text())["stages"]
+    assert spec["x"]["deps"] == ["fingerprints/x.txt", "data/in.txt"]
+    assert spec["code"]["outs"] == [{"fingerprints/x.txt": {"cache": False}}, {"fingerprints/y.txt": {"cache": False}}]
+    assert set(code_dep_problems(tmp_path)) == {"x", "y"}  # no fingerprint written yet
+    assert write_fingerprints(tmp_path) == ["fingerprints/x.txt", "fingerprints/y.txt"]
+    text = (tmp_path / "fingerprints" / "x.txt").read_text()
+    assert [line.split("  ")[1] for line in text.splitlines()] == ["flows/__init__.py", "flows/x.py",
+                                                                    "tasks/__init__.py", "tasks/a.py"]
     assert code_dep_problems(tmp_path) == {} and write_code_deps(tmp_path) == []
 
 

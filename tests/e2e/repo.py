@@ -68,12 +68,14 @@ def params_problems(repo: Path) -> dict[str, tuple[list[str], list[str]]]:
         unread_ok = {f"objectives.{name.split('@')[1].rsplit('-', 1)[0]}.{key}" for key in PRETRAIN_ONLY} \
             if name.startswith("pretraining_data@") else set()
         if name.startswith(("sweep@", "pretrain@")):  # a pretrain knob every sweep setting overrides is not read
-            unread_ok |= {f"pretrain.{key}" for key in set.intersection(*map(set, raw["sweep"]["settings"].values()))}
+            settings = [set(s) for s in raw["sweep"]["settings"].values()]
+            unread_ok |= {f"pretrain.{key}" for key in set.intersection(*settings)} if settings else set()
         if name.startswith(("sweep@", "curves@")):  # Mac's held-out corruption: read for similar-word objectives only
             objective = name.split("@")[1].rsplit("-", 1)[0] if name.startswith("curves@") else name.split("@")[1]
             if not raw["objectives"][objective]["replacement"].get("similar"):
                 unread_ok |= set(MAC_ONLY) | ({f"objectives.{objective}"} if name.startswith("curves@") else set())
-        missing, over = compare_params(set(stage.get("params", {}).get("params.yaml", {})), read[stage["cmd"]] - lookup,
+        declared = set(stage.get("params", {}).get("params.yaml", {}))
+        missing, over = compare_params(declared, read.get(stage["cmd"], set()) - lookup,  # stage code reads none
                                        raw, unread_ok)
         if missing or over:
             problems[name] = sorted(missing), sorted(over)
