@@ -31,6 +31,9 @@ from tasks.training.device import resolve_device
 def sweep(objective: str) -> None:
     params, logger, t0 = load_params(), get_run_logger(), time.perf_counter()
     spec, seed, cfg = params.objective(objective), params.sweep.seed, params.sweep
+    if not cfg.settings:  # no search: the recipe is params' own (objectives.<name>.pretrain over pretrain)
+        logger.info(f"sweep {objective}: no sweep.settings, pretrain trains with params' own recipe")
+        return _write(objective, params, "params", {}, {}, t0)
     masking, tokenizer = masking_config(spec, params.pretraining_data), AutoTokenizer.from_pretrained(paths.TOKENIZER)
     data = PretrainingExamples.from_table(read_shards(paths.PRETRAINING / paths.seeded(objective, seed)),
                                           objective_masker(objective, spec, masking, seed, tokenizer, paths.LEXICON))
@@ -48,10 +51,16 @@ def sweep(objective: str) -> None:
         logger.info(f"sweep {objective}, {setting} {overrides}: {results[setting]}")
     chosen = choose(results)
     logger.info(f"sweep {objective}: {chosen} chosen")
+    _write(objective, params, chosen, cfg.settings[chosen], results, t0)
+
+
+def _write(objective: str, params, chosen: str, overrides: dict, results: dict, t0: float) -> None:
+    """The choice pretrain reads (``data/recipes/<objective>.json``) and every setting's result."""
+    cfg = params.sweep
     with atomic_outputs(paths.RECIPES / f"{objective}.json", paths.stage_metrics("sweep", objective)) as (made, out):
-        write_choice(made, chosen, cfg.settings[chosen])
+        write_choice(made, chosen, overrides)
         write_metrics(out, SweepMetrics(
-            objective=objective, seed=seed, fraction=cfg.fraction, heldout_task=params.curves.heldout_task,
+            objective=objective, seed=cfg.seed, fraction=cfg.fraction, heldout_task=params.curves.heldout_task,
             split="dev", chosen=chosen, wall_sec=round(time.perf_counter() - t0, 2),
             settings=[{"name": s, "overrides": cfg.settings[s], **r} for s, r in results.items()]))
 

@@ -54,6 +54,8 @@ def small_params() -> dict:
     params["model"] = {"preset": "test"}
     params["pretraining_data"].update(shard_size=300)
     params["pretrain"].update(token_budget=6000, batch_size=8, log_every=5, checkpoint_every=10)
+    # the default run has no sweep (its recipes are params); the study's, two settings, runs here
+    params["sweep"]["settings"] = {"lr5e-4": {"learning_rate": 0.0005}, "lr1e-3": {"learning_rate": 0.001}}
     params["finetune"].update(baselines=[], seeds=[1, 2])
     params["curves"].update(heldout_sequences=40, tasks=["sentiment"])
     params["finetune"]["training"].update(epochs=1, max_seq_length=32)

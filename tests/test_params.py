@@ -126,6 +126,7 @@ def test_a_published_models_recipe_overrides_the_task_and_finetune(tmp_path, raw
     """finetune.training < tasks.<t>.training < hub_models.<m>.training, for that model only."""
     raw["tasks"]["msra_ner"]["training"]["learning_rate"] = 3e-3
     raw["hub_models"]["albert_tiny"]["training"] = {"learning_rate": 1e-4, "epochs": 2}
+    raw["tasks"]["msra_ner"]["training"]["epochs"] = 8
     params = load_params(write(tmp_path, raw))
     tiny, own = params.finetune_training("albert_tiny", "msra_ner"), params.finetune_training("mlm-42", "msra_ner")
     assert (tiny.learning_rate, tiny.epochs, tiny.max_seq_length) == (1e-4, 2, 128)
@@ -230,4 +231,16 @@ def test_electra_starts_from_random_weights(tmp_path, raw):
     load_params(write(tmp_path, raw))
     raw["pretrain"]["init_from"] = "albert_tiny"
     with pytest.raises(ParamsError, match="compare: 'electra' \\(ELECTRA\\) starts from random weights"):
+        load_params(write(tmp_path, raw))
+
+
+def test_a_baseline_is_fine_tuned_on_its_baseline_tasks_only(tmp_path, raw):
+    """The reference row's tasks are finetune.baseline_tasks, a subset of finetune.tasks; an analysis of a
+    baseline on a task it is not fine-tuned on is refused."""
+    raw["finetune"]["baseline_tasks"] = ["sentiment", "squad"]
+    with pytest.raises(ParamsError, match=r"finetune.baseline_tasks: 'squad' is not in finetune.tasks"):
+        load_params(write(tmp_path, raw))
+    raw["finetune"]["baseline_tasks"] = ["sentiment"]
+    raw["ablation"]["models"] = ["albert_tiny"]  # ablation.task: msra_mrc
+    with pytest.raises(ParamsError, match=r"ablation.models: 'albert_tiny' is not fine-tuned on 'msra_mrc'"):
         load_params(write(tmp_path, raw))

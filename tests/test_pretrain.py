@@ -516,3 +516,31 @@ def test_pinned_threads_give_the_same_weights_whatever_threads_the_process_has(t
 
     assert not torch.equal(weights(1, None), weights(2, None))
     assert torch.equal(weights(1, 2), weights(2, 2))
+
+
+@pytest.mark.slow
+def test_a_sweep_without_settings_records_the_params_recipe_and_trains_nothing(project, prefect_server):
+    """The default run's sweep (``sweep.settings: {}``): pretrain trains with params' own recipe; no data is read."""
+    import yaml
+
+    from flows.sweep import sweep
+    from tasks.core.io import read_json
+    from tasks.core.params import load_params
+    from tasks.pretraining.recipe import recipe
+
+    params = yaml.safe_load((project / "params.yaml").read_text(encoding="utf-8"))
+    params["sweep"]["settings"] = {}
+    (project / "params.yaml").write_text(yaml.safe_dump(params, allow_unicode=True), encoding="utf-8")
+    sweep("mlm")  # no pretraining data, tokenizer or held-out text exists in the project
+    assert read_json(project / "data" / "recipes" / "mlm.json") == {"chosen": "params", "overrides": {}}
+    metrics = read_json(project / "metrics" / "sweep" / "mlm.json")
+    assert metrics["chosen"] == "params" and metrics["settings"] == []
+    cfg, chosen = recipe(load_params(), "mlm", project / "data" / "recipes" / "mlm.json")
+    assert chosen == "params" and cfg.learning_rate == params["pretrain"]["learning_rate"]
+
+
+def test_time_left_is_the_rest_at_the_pace_so_far():
+    from tasks.training.loop import time_left
+
+    assert time_left(30.0, 100, 400) == "1:30 left"
+    assert time_left(0.0, 0, 10) == "0:00 left" and time_left(125.0, 1, 2) == "2:05 left"

@@ -1,10 +1,11 @@
-"""``make study`` and ``make compare``: the pipeline under other params as one DVC experiment, kept as
-an experiment (shareable with ``dvc exp push``), and its report copied into ``reports/<which>/``
-(committed).
+"""``make study``, ``make compare`` and ``make full``: the pipeline under other params as one DVC
+experiment, kept as an experiment (shareable with ``dvc exp push``), and its report copied into
+``reports/<which>/`` (committed).
 
 The experiment is the default run with the params of :data:`STUDIES` (``study``: more pretraining
-seeds, MacBERT's Mac and ELECTRA at MLM's compute, the snapshots fine-tuned; ``compare``: every
-objective of ``params.yaml``, one pretraining seed); DVC reruns only what they change and takes the
+seeds, MacBERT's Mac and ELECTRA at MLM's compute, the snapshots fine-tuned, each objective's
+learning rate swept; ``compare``: every objective of ``params.yaml``, one pretraining seed;
+``full``: the default run at its earlier, larger scale); DVC reruns only what they change and takes the
 rest from its cache. It runs in a temporary workspace (``dvc exp run --temp``), so the user's
 workspace, committed or not, is never touched; it refuses to start when tracked files have
 uncommitted changes (the experiment would silently include them). Afterwards ``reports/<which>/``
@@ -54,13 +55,36 @@ from tasks.core.lifetime import die_with_parent
 from tasks.core.params import PARAMS_FILE, Params, ParamsError, load_params
 from tasks.report.planner import main as plan
 
+# each objective's learning rate chosen on held-out dev text (stage sweep@<objective>); the default run has none
+SWEEP = {"++sweep.settings": "{lr5e-4:{learning_rate:0.0005},lr1e-3:{learning_rate:0.001},lr2e-3:{learning_rate:0.002}}"}
 STUDIES = {
     "study": {
         "compare": "[mlm,wwm,mac,electra]",  # electra: at MLM's model FLOPs (its budget: mlm_flops)
         "pretrain.seeds": "[42,43,44,45,46]",
         "curves.tasks": "[msra_ner]",
+        **SWEEP,
     },
     "compare": {"compare": lambda: f"[{','.join(load_params().objectives)}]"},  # one seed: about those checkpoints
+    # The default run at the scale it had before it was fitted to a 2-core CPU (docs/running.md#the-default-run-and-
+    # what-runs-at-full-scale); its last run is commit ae6f459's dvc.lock and metrics.
+    "full": {
+        **SWEEP,
+        "pretrain.token_budget": "9500000",
+        "finetune.seeds": "[1,2,3]",
+        "finetune.seed_workers": "3",
+        "tasks.lcqmc.data.limit": "{train:2000,dev:1000}",
+        "tasks.msra_ner.data.limit": "{train:1500,dev:500}",
+        "tasks.msra_ner.training.epochs": "8",
+        "finetune.baseline_tasks": "[sentiment,lcqmc,msra_mrc,msra_ner]",
+        "multilingual.total_tokens": "1500000",
+        "multilingual.pretrain.token_budget": "1000000",
+        "probe.sentences": "{train:1000,test:300}",
+        "scalar_mix.tasks": "[sentiment,msra_ner]",
+        "compression.tasks": "[sentiment,msra_ner,msra_mrc]",
+        "compression.prune.importance_examples": "1024",
+        "compression.prune.n_iters": "4",
+        "compression.latency_repeats": "50",
+    },
 }
 COPIED = ("reports/report.md", "reports/report.html", "reports/figures", "reports/variance.json", "metrics")
 
@@ -163,7 +187,7 @@ def run_units(name: str, params: dict, workers: int, log) -> str:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="study", description="make study / make compare (module docstring)")
+    parser = argparse.ArgumentParser(prog="study", description="make study / compare / full (module docstring)")
     parser.add_argument("which", nargs="?", choices=list(STUDIES), default="study")
     parser.add_argument("--workers", type=int, default=1, help="units of work at once (DVC's experiment queue)")
     parser.add_argument("--out", type=Path, help="where the report goes (default: reports/<which>)")

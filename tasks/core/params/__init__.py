@@ -122,6 +122,9 @@ class Params(_Strict):
                                  "random-<seed> is always fine-tuned)")
         if len(set(self.finetune_models)) != len(self.finetune_models):
             raise ValueError("compare and finetune.baselines must not repeat a name")
+        for name in self.finetune.baseline_tasks:
+            if name not in self.finetune.tasks:
+                raise ValueError(f"finetune.baseline_tasks: {name!r} is not in finetune.tasks")
         for i, item in enumerate(self.multilingual.inputs):
             if item.source is not None and item.source not in self.sources:
                 raise ValueError(f"multilingual.inputs[{i}].source: no source named {item.source!r} in sources")
@@ -186,6 +189,9 @@ class Params(_Strict):
                 if name not in self.finetune_models:
                     raise ValueError(f"{block}.models: {name!r} is not fine-tuned (add it to compare or "
                                      f"finetune.baselines)")
+                if name in self.finetune.baselines and cfg.task not in self.finetune.baseline_tasks:
+                    raise ValueError(f"{block}.models: {name!r} is not fine-tuned on {cfg.task!r} (add it to "
+                                     "finetune.baseline_tasks)")
 
     def _check_global_batches(self) -> None:
         """Every global batch splits evenly over the DDP processes (and accumulation steps), so that
@@ -213,6 +219,10 @@ class Params(_Strict):
             if name not in self.finetune_models:
                 raise ValueError(f"{where}: {name!r} is not fine-tuned (compare or finetune.baselines: "
                                  f"{', '.join(self.finetune_models)})")
+            missing = [t for t in cfg.tasks if name in self.finetune.baselines and t not in self.finetune.baseline_tasks]
+            if missing:
+                raise ValueError(f"{where}: {name!r} is not fine-tuned on {', '.join(missing)} (compression.tasks; "
+                                 "add them to finetune.baseline_tasks)")
 
     @property
     def pretrained_models(self) -> list[str]:

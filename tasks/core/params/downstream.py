@@ -124,6 +124,9 @@ class DownstreamTask(_Strict):
 class Finetune(_Strict):
     baselines: list[str] = Field(description="models fine-tuned beside the compared objectives: random, hub_models")
     tasks: list[str] = Field(min_length=1)
+    baseline_tasks: list[str] = Field(
+        description="the tasks the baselines are fine-tuned on (of tasks): a published model costs many times a "
+                    "tiny one, so the default run's reference row is one task (docs/running.md)")
     seeds: list[NonNegativeInt] = Field(min_length=1)
     seed_workers: PositiveInt = Field(
         1, description="CPU processes that run the seeds of finetune, distill and prune side by side, one "

@@ -274,7 +274,8 @@ class Sweep(_Strict):
                                              "a fixed one, so that a study split into units by seed sweeps once")
     fraction: float = Field(gt=0, le=1, description="share of the objective's budget each setting trains for")
     settings: dict[str, dict[str, float | int]] = Field(
-        min_length=1, description=f"name -> overrides of the objective's recipe ({', '.join(RECIPE_KNOBS)})")
+        description=f"name -> overrides of the objective's recipe ({', '.join(RECIPE_KNOBS)}); {{}}: no search, "
+                    "pretrain trains with params' own recipe (the default run's: docs/running.md#the-default-run)")
 
     @field_validator("settings")
     @classmethod
