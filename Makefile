@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(abspath $(VENV))/bin
 export PATH := $(BIN):$(PATH)
 
-.PHONY: setup repro pull compare study test bench gpu-check pipeline clean-venv
+.PHONY: setup repro pull compare study full test bench gpu-check pipeline clean-venv
 
 setup: $(VENV)/.installed
 
@@ -21,11 +21,12 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[test]"
 	touch $@
 
-# One local Prefect server for all stages (each would otherwise start its own); then the run's
-# artifacts go to the default DVC remote (.dvc/config: a folder beside the checkout), so that
-# another clone gets them with `make pull` instead of recomputing them.
+# One local Prefect server for all stages (each would otherwise start its own), and `dvc repro` that
+# prints the stage it is in (k of n; tasks/orchestration/progress.py); then the run's artifacts go to the
+# default DVC remote (.dvc/config: a folder beside the checkout), so that another clone gets them with
+# `make pull` instead of recomputing them.
 repro: setup
-	python -m tasks.orchestration.prefect_server dvc repro
+	python -m tasks.orchestration.prefect_server python -m tasks.orchestration.progress
 	dvc push --run-cache
 
 # The committed run's artifacts from the DVC remote (data, models, predictions; no stage reruns).
@@ -47,6 +48,12 @@ compare: setup
 # WORKERS=N: one unit of work per pretraining seed through DVC's experiment queue, N at once.
 study: setup
 	python -m tasks.orchestration.prefect_server python -m tasks.orchestration.study study --workers $(or $(WORKERS),1)
+
+# The default run at the scale it had before it was fitted to a 2-core CPU in 30 minutes (a 4x token
+# budget, the learning-rate sweeps, 3 fine-tuning seeds, larger training sets, compression on three
+# tasks: `STUDIES["full"]` in tasks/orchestration/study.py; about 4 h on 2 cores); report in reports/full/.
+full: setup
+	python -m tasks.orchestration.prefect_server python -m tasks.orchestration.study full
 
 bench: setup
 	python benchmarks/pretraining_data.py

@@ -35,7 +35,7 @@ from tasks.pretraining.flops import mlm_flops
 from tasks.pretraining.modeling import PretrainingModel
 from tasks.training.batching import BatchSchedule
 from tasks.training.distributed import Ranks
-from tasks.training.loop import Step, run
+from tasks.training.loop import Step, run, time_left
 from tasks.training.optim import optimizer_for
 
 LOG_FIELDS = ["step", "tokens", "loss", "token_accuracy", "sentence_loss", "sentence_accuracy", "rtd_loss",
@@ -226,7 +226,8 @@ def _train(model: PretrainingModel | ElectraPretrainingModel, data: PretrainingE
             rows.append({"step": step, "tokens": tokens, "learning_rate": done.learning_rate,
                          **window.flush(elapsed()), "flops": flops if count_flops else None})
             log(f"step {step}/{total} loss {rows[-1]['loss']:.4f} acc {rows[-1]['token_accuracy']:.3f} "
-                f"{rows[-1]['tokens_per_sec']:.0f} tokens/s")
+                f"{rows[-1]['tokens_per_sec']:.0f} tokens/s, "
+                f"{time_left(time.perf_counter() - t0, step - start, total - start)}")
         if step % cfg.checkpoint_every == 0 and step < total:
             # The data order and the dynamic masks are pure functions of (seed, step): ``step``
             # is their whole state; numpy's and Python's global generators are not used.

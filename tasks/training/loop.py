@@ -15,6 +15,7 @@ distillation runs last minutes and restart from scratch.
 
 from __future__ import annotations
 
+import time
 from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Callable, Iterable, Protocol
@@ -83,6 +84,13 @@ def run(model: torch.nn.Module, objective: Objective, opt: torch.optim.Optimizer
         after_step(Step(step + 1, lr, micro, losses, parts))
 
 
+def time_left(seconds: float, done: int, total: int) -> str:
+    """``"1:05 left"``: the rest of a ``total``-step run at the pace of its first ``done`` steps, which took
+    ``seconds`` (what a long stage prints beside its step, so a terminal says how long it will be)."""
+    left = round(seconds / max(done, 1) * (total - done))
+    return f"{left // 60}:{left % 60:02d} left"
+
+
 class History:
     """Per-step values of a fine-tuning or distillation run, kept on the device until read.
 
@@ -94,13 +102,16 @@ class History:
     def __init__(self, total: int, log: Callable[[str], None], ranks: Ranks = Ranks()):
         self.total, self.log, self.ranks = total, log, ranks
         self.values: dict[str, list[float]] = {}
+        self.t0, self.first = time.perf_counter(), None
         self.pending: list[dict[str, torch.Tensor]] = []
 
     def add(self, done: int, **values: torch.Tensor) -> None:
         """The values of step ``done`` (1-based); logs the loss at every fifth of the run."""
         self.pending.append(values)
+        self.first = done - 1 if self.first is None else self.first  # a resumed run's pace counts from its start
         if done % max(1, self.total // 5) == 0:
-            self.log(f"step {done}/{self.total} loss {self.tail('loss'):.4f}")
+            pace = time_left(time.perf_counter() - self.t0, done - self.first, self.total - self.first)
+            self.log(f"step {done}/{self.total} loss {self.tail('loss'):.4f}, {pace}")
 
     def tail(self, key: str) -> float:
         """Mean of ``key`` over the last tenth of the steps so far (at least one)."""

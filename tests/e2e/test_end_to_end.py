@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from tests.conftest import small_params
+from tasks.orchestration.progress import planned
 from tests.e2e.repo import lock_outs, params_problems, ran_stages, reproduced, run, write_params
 
 pytestmark = pytest.mark.slow
@@ -47,8 +48,8 @@ def repo(tmp_path_factory, prefect_server):
 def test_every_stage_runs_and_produces_its_outputs(repo):
     repo, _, out = repo
     assert ran_stages(out) == set(DATA_STAGES) | FINETUNE_STAGES | MULTILINGUAL_STAGES | ANALYSIS_STAGES | \
-        COMPRESSION_STAGES | CURVES_STAGES | {"sweep@mlm", f"sweep@{SECOND}", "pretrain@mlm-42", f"pretrain@{SECOND}-42",
-                                               "init_random@42", "report"}
+        COMPRESSION_STAGES | CURVES_STAGES | {"code", "sweep@mlm", f"sweep@{SECOND}", "pretrain@mlm-42",
+                                               f"pretrain@{SECOND}-42", "init_random@42", "report"}
     for model in MODELS:
         assert (repo / "models" / model / "model.safetensors").is_file()
         assert (repo / "models" / model / "tokenizer.json").is_file()
@@ -227,8 +228,11 @@ def test_sampling_exponent_reruns_only_what_follows_resampling(repo):
     params = yaml.safe_load((repo / "params.yaml").read_text())
     params["multilingual"]["mixtures"]["resampled"]["alpha"] = 0.5
     write_params(repo, params)
-    out = run(["dvc", "repro"], repo, env)
+    # what `make repro` announces as the stages to look at again: those downstream of the change
+    assert planned(str(repo)) == ["resample@resampled", "continue_pretrain@resampled", "prune_vocab", "report"]
+    out = run(["python", "-m", "tasks.orchestration.progress"], repo, env)
     assert ran_stages(out) == {"resample@resampled", "continue_pretrain@resampled", "prune_vocab", "report"}
+    assert "[1/4] resample@resampled" in out and "[4/4] report" in out and "4 stages ran in" in out
 
 
 def test_prefect_pipeline_flow_walks_the_dvc_graph(repo, monkeypatch):
