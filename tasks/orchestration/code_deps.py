@@ -301,11 +301,12 @@ def main(argv: list[str] | None = None) -> int:
     mode.add_argument("--fingerprint", action="store_true", help="write the fingerprints (stage code's command)")
     args = parser.parse_args(argv)
     root = Path(".")
-    if args.write or args.fingerprint:
-        changed = write_code_deps(root) if args.write else []
+    if args.write:
+        changed = write_code_deps(root)
         print(f"dvc.yaml: code deps rewritten for {', '.join(changed)}" if changed else "dvc.yaml: code deps exact")
+    if args.write or args.fingerprint:
         written = write_fingerprints(root)
-        print(f"fingerprints changed: {', '.join(written)}" if written else "fingerprints unchanged")
+        print(f"fingerprints written: {', '.join(written)}" if written else "fingerprints unchanged")
         return 0
     problems = code_dep_problems(root)
     for stage, found in problems.items():

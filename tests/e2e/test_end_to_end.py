@@ -41,6 +41,9 @@ def repo(tmp_path_factory, prefect_server):
     repo = tmp_path_factory.mktemp("repo")
     params = yaml.safe_load(yaml.safe_dump(small_params()).replace("wwm-42", f"{SECOND}-42"))
     params["compare"] = ["mlm", SECOND]
+    # every family through the analyses and compression (the default run has one task each)
+    params["scalar_mix"]["tasks"] = ["sentiment", "msra_ner"]
+    params["compression"]["tasks"] = COMPRESSED
     with reproduced(repo, params, prefect_server) as (env, out):
         yield repo, env, out
 
