@@ -61,7 +61,7 @@ def test_a_result_is_marked_older_than_the_code_it_measures_once_that_code_chang
 DURATION = re.compile(r"\b\d+(?:\.\d+)?(?:\s*(?:-|–|to)\s*\d+(?:\.\d+)?)?"
                       r"\s*(?:min|mins|minutes?|hours?|h|s|sec|seconds?)\b")
 SETTINGS = {"docs/reproducibility.md": ["within 30 s"],  # check_rendezvous's timeout (tasks/training/distributed.py)
-            "docs/running.md": ["to finish in 30 minutes"]}  # the default run's target, not a measurement
+            "docs/running.md": ["a target of 30 minutes"]}  # the default run's target, not a measurement
 
 
 def test_docs_type_no_run_time():

@@ -5,6 +5,7 @@ A change to a stage's code or params fails here until the default run is rerun a
 ``metrics/`` and fingerprints are committed with it (docs/reproducibility.md). Data deps are not
 compared: a fresh clone has none, and DVC's hashes of the outputs are what ``make pull`` restores."""
 
+import contextlib
 import shutil
 import subprocess
 from pathlib import Path
@@ -22,7 +23,7 @@ def stale_deps(root: Path) -> dict[str, list[str]]:
     changed command, or ``not in dvc.lock``; by DVC's own status of the stages, data deps left out."""
     from dvc.repo import Repo
 
-    with Repo(str(root)) as repo:
+    with contextlib.chdir(root), Repo(".") as repo:  # stage names as in the repository, not the cwd
         stages = {s.addressing for s in repo.index.stages}
         status = repo.status()
     lock = yaml.safe_load((root / "dvc.lock").read_text(encoding="utf-8"))["stages"]

@@ -13,6 +13,7 @@ Usage::
 
 from __future__ import annotations
 
+import contextlib
 import re
 import subprocess
 import sys
@@ -23,20 +24,21 @@ from tasks.orchestration.repro import stage_order
 RUNNING = re.compile(r"^Running stage '([^']+)'")
 
 
-def planned(repo_root: str = ".") -> list[str]:
-    """The stages a ``dvc repro`` of the whole DAG may run, in :func:`stage_order`: those DVC's status
-    calls changed and their descendants."""
+def planned(repo_root: str = ".", order: list[str] | None = None) -> list[str]:
+    """The stages a ``dvc repro`` of the whole DAG may run, in ``order`` (default :func:`stage_order`):
+    those DVC's status calls changed and their descendants."""
     import networkx as nx
     from dvc.repo import Repo
 
-    with Repo(repo_root) as repo:
-        changed = set(repo.status())
-        graph = repo.index.graph  # edges point from a stage to the stages it depends on
-        by_name = {s.addressing: s for s in graph.nodes if getattr(s, "cmd", None)}
-        reach = set(changed)
-        for name in changed & set(by_name):
-            reach |= {s.addressing for s in nx.ancestors(graph, by_name[name])}
-    return [name for name in stage_order(repo_root) if name in reach]
+    with contextlib.chdir(repo_root):  # stage names as in the repository, not the cwd
+        with Repo(".") as repo:
+            changed = set(repo.status())
+            graph = repo.index.graph  # edges point from a stage to the stages it depends on
+            by_name = {s.addressing: s for s in graph.nodes if getattr(s, "cmd", None)}
+            reach = set(changed)
+            for name in changed & set(by_name):
+                reach |= {s.addressing for s in nx.ancestors(graph, by_name[name])}
+        return [name for name in order or stage_order() if name in reach]
 
 
 def clock(seconds: float) -> str:
@@ -46,8 +48,9 @@ def clock(seconds: float) -> str:
 
 def main(argv: list[str]) -> int:
     t0 = time.perf_counter()
-    todo = planned()
-    print(f"dvc repro: {len(todo)} of {len(stage_order())} stages to look at again"
+    order = stage_order()
+    todo = planned(order=order)
+    print(f"dvc repro: {len(todo)} of {len(order)} stages to look at again"
           + (f": {', '.join(todo)}" if 0 < len(todo) <= 12 else ""), flush=True)
     proc = subprocess.Popen(["dvc", "repro", *argv], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             bufsize=1)
