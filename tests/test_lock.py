@@ -8,6 +8,7 @@ compared: a fresh clone has none, and DVC's hashes of the outputs are what ``mak
 import contextlib
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import yaml
@@ -59,7 +60,7 @@ def test_a_one_line_edit_is_seen(tmp_path):
     with (tmp_path / "tasks" / "downstream" / "ner.py").open("a", encoding="utf-8") as f:
         f.write("# one line\n")
     assert stale_deps(tmp_path)["code"] == ["tasks"]
-    subprocess.run(["python", "-m", "tasks.orchestration.code_deps", "--fingerprint"], cwd=tmp_path, check=True,
+    subprocess.run([sys.executable, "-m", "tasks.orchestration.code_deps", "--fingerprint"], cwd=tmp_path, check=True,
                    capture_output=True)  # what stage code does first in a repro
     stale = stale_deps(tmp_path)
     assert stale["finetune@mlm-42-msra_ner"] == ["fingerprints/finetune.txt"] and "ingest" not in stale

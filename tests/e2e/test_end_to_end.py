@@ -6,6 +6,7 @@ the Prefect pipeline flow walks the same graph; the compression stages' saved mo
 
 import json
 import shutil
+import sys
 
 import pytest
 import yaml
@@ -233,7 +234,7 @@ def test_sampling_exponent_reruns_only_what_follows_resampling(repo):
     write_params(repo, params)
     # what `make repro` announces as the stages to look at again: those downstream of the change
     assert planned(str(repo)) == ["resample@resampled", "continue_pretrain@resampled", "prune_vocab", "report"]
-    out = run(["python", "-m", "tasks.orchestration.progress"], repo, env)
+    out = run([sys.executable, "-m", "tasks.orchestration.progress"], repo, env)
     assert ran_stages(out) == {"resample@resampled", "continue_pretrain@resampled", "prune_vocab", "report"}
     assert "[1/4] resample@resampled" in out and "[4/4] report" in out and "4 stages ran in" in out
 
