@@ -1,6 +1,7 @@
 """Stage ``report``: the evaluation report (Markdown + self-contained HTML + PNG figures), also
 published as a Prefect markdown artifact, and each task's variance components (``variance.json``,
-what ``python -m tasks.report.planner`` plans a study from)."""
+what ``python -m tasks.report.planner`` plans a study from). It refuses to run while an output of ``dvc.yaml``
+that it reads is missing (:func:`tasks.report.common.missing_inputs`)."""
 
 import sys
 
@@ -8,9 +9,11 @@ from prefect import flow
 from prefect.artifacts import create_markdown_artifact
 
 from tasks.core import paths
+from tasks.core.errors import PipelineError
 from tasks.core.io import atomic_outputs
 from tasks.core.params import load_params
 from tasks.core.stage import run_stage
+from tasks.report.common import missing_inputs
 from tasks.report.html import to_html
 from tasks.report.report import TITLE, build_report
 
@@ -18,6 +21,9 @@ from tasks.report.report import TITLE, build_report
 @flow(name="report")
 def report() -> None:
     params = load_params()
+    if missing := missing_inputs():
+        raise PipelineError(f"report: {len(missing)} input(s) of dvc.yaml missing, first {missing[0]}; run "
+                            f"`dvc repro` (or the named stage) first: a report without them would drop their findings")
     out = paths.REPORTS
     with atomic_outputs(out / "report.md", out / "report.html", out / "figures", out / "variance.json") as (
             md_file, html_file, figures, variance):

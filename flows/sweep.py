@@ -1,6 +1,6 @@
 """Stage ``sweep@<objective>``: the objective trained for ``sweep.fraction`` of its budget once per ``sweep.settings``
-entry, each measured on the held-out task's dev text (:mod:`tasks.pretraining.sweep`); the best is the recipe its
-pretrainings train with (``data/recipes/<objective>.json``; each setting's result: ``metrics/sweep/<objective>.json``)."""
+entry, each measured on the held-out task's dev text (:mod:`tasks.pretraining.sweep`); the best of the settings that
+learned (no divergence, every gate passed) is the recipe its pretrainings train with (``data/recipes/<objective>.json``; each setting's result: ``metrics/sweep/<objective>.json``)."""
 
 import sys
 import time
@@ -17,7 +17,7 @@ from tasks.core.params import load_params
 from tasks.core.stage import run_stage
 from tasks.pretraining.checkpoint import sweep_checkpoint
 from tasks.pretraining.examples import PretrainingExamples, objective_masker
-from tasks.pretraining.heldout import heldout_inputs
+from tasks.pretraining.heldout import corpus_unigram, heldout_inputs
 from tasks.pretraining.init_from import resolve_init_from
 from tasks.pretraining.masking import masking_config
 from tasks.pretraining.modeling import pretraining_model
@@ -40,16 +40,17 @@ def sweep(objective: str) -> None:
     init_folder = resolve_init_from(params.pretrain.init_from, params)  # as pretrain starts: None is random init
     device = resolve_device(params.pretrain.device, "pretrain.device")
     ids, offsets, masks = heldout_inputs(params, objective, tokenizer, device, split="dev")
-    results = {}
+    unigram, results = corpus_unigram(paths.TOKENS, len(tokenizer)), {}
     for setting, overrides in cfg.settings.items():
         recipe = params.pretrain_for(objective, overrides)
         checkpoint, fingerprint = sweep_checkpoint(objective, setting, params, recipe, spec, init_folder)
         results[setting] = run_setting(
             partial(pretraining_model, params, spec, masking, tokenizer, seed, init_folder), data, recipe, cfg.fraction,
             seed=seed, device=device, checkpoint=checkpoint, fingerprint=fingerprint,
-            equal_flops=spec.budget == "mlm_flops", heldout=(ids, offsets), masks=masks, log=logger.info)
+            equal_flops=spec.budget == "mlm_flops", heldout=(ids, offsets), masks=masks, unigram=unigram,
+            sentence_task=spec.sentence_task, log=logger.info)
         logger.info(f"sweep {objective}, {setting} {overrides}: {results[setting]}")
-    chosen = choose(results)
+    chosen = choose(objective, results)
     logger.info(f"sweep {objective}: {chosen} chosen")
     _write(objective, params, chosen, cfg.settings[chosen], results, t0)
 

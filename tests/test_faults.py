@@ -510,8 +510,21 @@ def test_a_full_disk_is_one_line_naming_the_path_and_leaves_no_partial_artifact(
     assert proc.returncode == 1, proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr
     (line,) = [x for x in proc.stderr.splitlines() if x.startswith("error:")]
-    assert re.search(r"no space left on the device of .*data/\.sentences\.parquet\.tmp-\S+: [\d,.]+ MiB free", line)
+    assert re.search(r"no space left on the device of .*data/sentences\.parquet: [\d,.]+ MiB free", line)
     assert not any((tmp_path / "data").iterdir())  # the temporary went with the error
+
+
+def test_a_full_disk_names_the_output_being_written_when_the_error_names_no_path(tmp_path, monkeypatch):
+    """torch.save's "file write failed" names no file: the error named the working directory's file system."""
+    from tasks.core.errors import DiskFullError
+    from tasks.core.io import atomic_outputs
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(DiskFullError, match=r"^no space left on the device of snapshots/0\.5: [\d,.]+ MiB free"):
+        with atomic_outputs(Path("snapshots") / "0.5") as (out,):
+            out.mkdir()
+            raise RuntimeError("[enforce fail at inline_container.cc:664] . PytorchStreamWriter failed writing file "
+                               "data/3: file write failed (No space left on device)")
+    assert list((tmp_path / "snapshots").iterdir()) == []
 
 
 def test_a_full_disk_under_checkpoints_says_so_and_keeps_the_last_checkpoint(tmp_path, monkeypatch):
@@ -548,3 +561,38 @@ def test_every_entry_point_validates_params_before_dvc_reads_them(tmp_path, seed
                           capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert proc.returncode == 2 and re.search(line, proc.stderr), proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr and not (tmp_path / "ran").exists()
+
+
+SERVER_DIES_STAGE = """
+import sys, time
+from tasks.core import stage
+stage.WATCH_EVERY = 0.2
+
+def flow():
+    print("started", flush=True)
+    for _ in range(300):  # 60 s: the watch must stop it long before
+        time.sleep(0.2)
+
+stage.run_stage(flow)
+"""
+
+
+def test_a_prefect_server_dying_mid_stage_is_one_line_soon(tmp_path):
+    """It gave a 206-line httpx traceback 229 s later (the server was checked only at the start)."""
+    import http.server
+    import threading
+    import time
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/api"
+    proc = subprocess.Popen([sys.executable, "-c", SERVER_DIES_STAGE], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, "PREFECT_API_URL": url})
+    assert proc.stdout.readline().strip() == "started"
+    t0 = time.perf_counter()
+    server.shutdown()
+    server.server_close()
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 1 and time.perf_counter() - t0 < 10
+    assert err.strip().splitlines() == [f"error: the Prefect server at {url} stopped answering during the stage; "
+                                        "restart it (`make repro` starts one) and rerun (a pretraining resumes "
+                                        "from its checkpoint)"]

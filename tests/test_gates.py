@@ -139,3 +139,21 @@ def test_a_learnable_objective_passes_and_shuffled_labels_fail(tmp_path):
     assert collapse.passed
     broken, _ = _trained(True, tmp_path)
     assert not any(g.passed for g in broken), broken
+
+
+def test_a_gate_on_fewer_held_out_sequences_than_its_interval_needs_reads_na_and_fails():
+    """One held-out sequence gave a standard error of 0, so the gates passed on zero-width intervals."""
+    from pydantic import ValidationError
+    from tasks.core.params.pretraining import MIN_GATE_SEQUENCES, Curves
+    rng = np.random.default_rng(0)
+    labels = rng.integers(4, VOCAB, 200)
+    unigram = unigram_log_probs(np.bincount(labels, minlength=VOCAB))
+    for sequences, passes in ((1, False), (MIN_GATE_SEQUENCES - 1, False), (MIN_GATE_SEQUENCES, True)):
+        rows = np.arange(200) % sequences
+        gates, _ = mlm_gates(np.full(200, 0.01), np.ones(200, dtype=bool), labels, rows, unigram)  # a perfect model
+        assert all(g.passed == passes for g in gates), sequences
+        assert all(np.isnan(g.low) != passes for g in gates)
+    counts = np.full(5, 10)
+    assert not collapse_gate(rng.normal(size=(5, 8)), counts).passed  # 5 sequences: no jackknife interval
+    with pytest.raises(ValidationError, match="greater than or equal to 20"):
+        Curves(heldout_task="sentiment", heldout_sequences=1, tasks=[])

@@ -183,6 +183,8 @@ def test_every_result_changing_default_is_written_in_params_yaml():
     (lambda raw: raw["sweep"].update(seed=7), r"sweep.seed: 7 is not in pretrain.seeds \[42\]"),
     (lambda raw: raw["objectives"]["mlm"].update(pretrain={"momentum": 0.9}),
      r"objectives.mlm.pretrain: Value error, unknown knob\(s\) momentum|objectives.mlm.pretrain: unknown knob"),
+    (lambda raw: raw["sweep"].update(settings={"lr_neg": {"learning_rate": -1}}),
+     r"sweep.settings.lr_neg: learning_rate: Input should be greater than 0"),
     (lambda raw: raw["tasks"]["sentiment"]["data"].pop("split"),
      r"tasks.sentiment.data: split: the files give no dev or test split; set split.dev"),
     (lambda raw: raw["finetune"]["training"].pop("doc_stride"), r"finetune.training.doc_stride: Field required"),

@@ -10,6 +10,7 @@ import pytest
 from tasks.report.planner import markdown, plan
 from tasks.report.statistics import Decomposition
 from tests.conftest import ROOT
+from tasks.core.params import load_params
 from tasks.orchestration import study
 
 COMPONENTS = {"pretraining_seed": 4.0, "finetuning_seed": 1.0, "test_sample": 6.0, "run_noise": 2.0, "examples": 1000,
@@ -98,3 +99,44 @@ def test_the_gpu_column_names_the_gpu_its_rate_was_measured_on():
     assert f"GPU hours ({gpu}, lower bound)" in markdown([], gpu)
     assert gpu_flops_per_sec(ROOT / "no-such-file.json") == (None, None)
 
+
+
+@pytest.mark.parametrize("override, reason", [
+    ("pretrain.nosuchkey=3", "Could not override 'pretrain.nosuchkey'"),
+    ("pretrain.learning_rate=[1", "no viable alternative at input '[1'"),
+])
+def test_a_study_override_with_an_unknown_key_or_bad_syntax_is_one_line_naming_it(monkeypatch, capsys, override,
+                                                                                   reason):
+    monkeypatch.setattr(study, "uncommitted", lambda: [])
+    monkeypatch.setattr(study, "_run", lambda *a: pytest.fail("an experiment ran"))
+    assert study.main(["study", "-S", override]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"study: -S {override}: {reason}")
+
+
+def test_a_study_with_no_workers_is_refused(capsys):
+    with pytest.raises(SystemExit) as stop:
+        study.main(["study", "--workers", "0"])
+    assert stop.value.code == 2 and "'0' is not a number of workers" in capsys.readouterr().err
+
+
+def test_a_stopped_study_leaves_no_temporary_workspace(tmp_path, monkeypatch):
+    """Every stopped `make study` (SIGTERM or Ctrl-C) left `.dvc/tmp/exps/standalone/tmp*/` behind (4 of 4)."""
+    import os
+    import signal
+    monkeypatch.chdir(tmp_path)
+    kept = tmp_path / study.EXP_TEMPS / "tmpolder"  # another run's: not the study's to remove
+    kept.mkdir(parents=True)
+    monkeypatch.setattr(study, "uncommitted", lambda: [])
+    monkeypatch.setattr(study, "check_params", lambda params: load_params(ROOT / "params.yaml"))
+
+    def killed_while_running(cmd, log, env=None):
+        (tmp_path / study.EXP_TEMPS / "tmpabc123" / "params.yaml").parent.mkdir()
+        os.kill(os.getpid(), signal.SIGTERM)  # what `kill <study>` sends
+        pytest.fail("SIGTERM did not stop the study")
+
+    monkeypatch.setattr(study, "_run", killed_while_running)
+    with pytest.raises(KeyboardInterrupt):
+        study.main(["study"])
+    assert [p.name for p in (tmp_path / study.EXP_TEMPS).iterdir()] == ["tmpolder"]
+    assert signal.getsignal(signal.SIGTERM) is not study._stop

@@ -544,3 +544,80 @@ def test_time_left_is_the_rest_at_the_pace_so_far():
 
     assert time_left(30.0, 100, 400) == "1:30 left"
     assert time_left(0.0, 0, 10) == "0:00 left" and time_left(125.0, 1, 2) == "2:05 left"
+
+
+def diverging(model, after: int):
+    """``model`` whose loss turns NaN from its ``after``-th forward pass on (a planted divergence)."""
+    forward, calls = model.forward, []
+
+    def nan_after(batch):
+        calls.append(1)
+        loss, parts = forward(batch)
+        return (loss * float("nan") if len(calls) > after else loss), parts
+    model.forward = nan_after
+    return model, calls
+
+
+def test_a_diverging_pretraining_stops_at_the_first_log_row_naming_step_loss_and_recipe(tmp_path):
+    from tasks.core.errors import DivergedError
+    model, calls = diverging(tiny_model(), after=7)
+    with pytest.raises(DivergedError, match=r"loss nan at step 10/\d+ \(pretraining lr .* of peak 0.001, warm-up 0.1"):
+        train.fn(model, tiny_data(), cfg(), seed=1, device=torch.device("cpu"), checkpoint=tmp_path / "a.pt",
+                 fingerprint="f", log=lambda _: None)
+    assert len(calls) == 10  # stopped at the log row (log_every 5) that first saw the NaN, not at the budget's end
+
+
+def test_a_sweep_setting_that_diverged_loses_and_a_sweep_with_no_setting_that_learned_fails_naming_each():
+    from tasks.core.errors import PipelineError
+    from tasks.pretraining.sweep import choose
+    passed = {"name": "loss 0.1 nats below the unigram loss", "passed": True}
+    failed = {"name": "mean cosine between token states", "passed": False}
+    results = {"lr_2e-3": {"score": None, "diverged": "training diverged: loss nan at step 40/200", "gates": []},
+               "lr_1e-3": {"score": -6.4, "gates": [passed, failed]},
+               "lr_5e-4": {"score": -6.5, "gates": [passed]}}
+    assert choose("wwm", results) == "lr_5e-4"  # the best score lost: its model collapsed
+    del results["lr_5e-4"]
+    with pytest.raises(PipelineError, match=r"sweep wwm: no setting learned at the sweep's horizon \(lr_2e-3: "
+                                            r"diverged; lr_1e-3: failed mean cosine between token states\)"):
+        choose("wwm", results)
+
+
+def test_a_fine_tuning_or_distillation_history_stops_a_non_finite_loss_at_its_log_row():
+    from tasks.core.errors import DivergedError
+    from tasks.training.loop import History
+    logged = []
+    history = History(20, logged.append, recipe="fine-tuning lr 0.001")  # a log row every 4 steps, of the last 2
+    for step, loss in enumerate([0.7, 0.6, 0.6, 0.5, 0.5, 0.4, float("inf")], start=1):
+        history.add(step, loss=torch.tensor(loss))
+    with pytest.raises(DivergedError, match=r"loss inf at step 8/20 \(fine-tuning lr 0.001\)"):
+        history.add(8, loss=torch.tensor(0.4))
+    assert len(logged) == 1  # step 4's row; the run stopped at step 8's
+
+
+@pytest.mark.parametrize("text, why", [
+    ("{not json", "is not JSON"),
+    ('{"chosen": "lr1e-3"}', "is not a sweep's choice"),
+    ('{"chosen": "lr1e-3", "overrides": {"learning_rate": "fast"}}', "learning_rate: Input should be a valid number"),
+    ('{"chosen": "lr1e-3", "overrides": {"learnig_rate": 0.001}}', "learnig_rate: Extra inputs are not permitted"),
+])
+def test_a_corrupt_or_invalid_recipe_choice_names_the_file_and_what_is_wrong(tmp_path, text, why):
+    from tasks.core.errors import SourceError
+    from tasks.core.params import load_params
+    from tasks.pretraining.recipe import recipe
+    choice = tmp_path / "mlm.json"
+    choice.write_text(text)
+    with pytest.raises(SourceError, match=rf"^{choice}.*{why}.*sweep@mlm"):
+        recipe(load_params(Path(__file__).parents[1] / "params.yaml"), "mlm", choice)
+
+
+def test_more_pretraining_threads_than_cores_is_a_warning(monkeypatch):
+    from tasks.pretraining.pretrain import intra_op_threads
+    monkeypatch.setattr("os.sched_getaffinity", lambda _: {0, 1})
+    logged = []
+    with intra_op_threads(99, torch.device("cpu"), logged.append):
+        assert torch.get_num_threads() == 99
+    assert logged == ["warning: pretrain.threads 99 > the 2 cores this process may use: the threads thrash (a slower "
+                      "run, same result); pretrain.threads: 2 fits them"]
+    with intra_op_threads(2, torch.device("cpu"), logged.append):
+        pass
+    assert len(logged) == 1

@@ -352,3 +352,26 @@ def test_html_page_inlines_figures_and_the_shared_stylesheet(tmp_path):
     assert page.startswith("<!DOCTYPE html>") and "<title>T &amp; U</title>" in page
     assert (TEMPLATES / "style.css").read_text(encoding="utf-8").strip() in page
     assert 'src="data:image/png;base64,' in page and "<table>" in page and 'class="wide"' not in page
+
+
+def test_the_report_names_each_input_of_dvc_yaml_that_is_missing(tmp_path):
+    """`python -m flows.report` with a metrics file missing exited 0 and dropped its findings; the flow now
+    raises a PipelineError naming the first of these."""
+    import subprocess
+    import sys
+    from tasks.report.common import missing_inputs
+    subprocess.run([sys.executable, "-m", "dvc", "init", "--no-scm", "-q"], cwd=tmp_path, check=True)
+    (tmp_path / "dvc.yaml").write_text(
+        "stages:\n"
+        "  pretrain:\n    cmd: 'true'\n    outs: [metrics/pretrain/mlm.json]\n"
+        "  elsewhere:\n    cmd: 'true'\n    outs: [models/mlm]\n"
+        "  report:\n    cmd: 'true'\n    deps: [metrics]\n    outs: [reports/report.md]\n")
+    (tmp_path / "metrics").mkdir()
+    assert missing_inputs(root=str(tmp_path)) == ["metrics/pretrain/mlm.json (stage pretrain)"]  # models/: not read
+
+
+def test_a_rank_correlation_of_constant_scores_reads_na_not_nan():
+    from tasks.report.curves import _rank
+    assert _rank("msra_ner", "snapshots", [(6.1, 0.0), (5.9, 0.0), (5.5, 0.0)]) == [
+        ["msra_ner", "snapshots", "3", "n/a (constant scores)", "-"]]
+    assert _rank("sentiment", "snapshots", [(6.1, 80.0), (5.9, 82.0), (5.5, 85.0)])[0][3] == "+1.00"

@@ -167,3 +167,13 @@ def test_executor_params_name_the_key(tmp_path):
         (tmp_path / "params.yaml").write_text(yaml.safe_dump(raw, allow_unicode=True), encoding="utf-8")
         with pytest.raises(ParamsError, match=message):
             load_params(tmp_path / "params.yaml")
+
+
+def test_a_work_folder_left_by_a_killed_run_goes_once_the_dag_is_up_to_date(tmp_path):
+    """A killed `segment` redone from DVC's run cache left its shard work folder for good."""
+    from tasks.core.shards import remove_left_work
+    left = tmp_path / "data" / "segmented" / ".sentences.parquet.shards-0123abcd"
+    (left / "parts").mkdir(parents=True)
+    (tmp_path / "data" / "segmented" / "sentences.parquet").write_bytes(b"PAR1")
+    assert remove_left_work(tmp_path / "data") == [left]
+    assert [p.name for p in (tmp_path / "data" / "segmented").iterdir()] == ["sentences.parquet"]

@@ -338,7 +338,7 @@ def distill(student: nn.Module, teachers: Sequence[nn.Module], data, cfg: KdConf
     schedule = BatchSchedule(data.lengths, batch_size, seed)
     total = max(1, round(epochs * schedule.per_epoch))
     opt = optimizer_for(nn.ModuleList([student, projections]), lr, weight_decay)
-    history = History(total, log)
+    history = History(total, log, recipe=f"distillation lr {lr:g}, batch {batch_size}, max_grad_norm {max_grad_norm:g}")
 
     class Task:
         def batches(self, step: int) -> list[dict[str, torch.Tensor]]:

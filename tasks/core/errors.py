@@ -30,6 +30,11 @@ class MetricsError(PipelineError):
     """A metrics file (``metrics/``) does not match its model in :mod:`tasks.core.metrics`."""
 
 
+class DivergedError(PipelineError):
+    """A training run's loss became non-finite (NaN or infinite): the run stops at the log row that
+    shows it, naming the step, the loss and the recipe (:func:`tasks.training.loop.check_finite`)."""
+
+
 class DiskFullError(PipelineError):
     """A write found no space left on its file system."""
 

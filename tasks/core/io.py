@@ -21,7 +21,7 @@ from typing import Any, Iterator
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tasks.core.errors import SourceError
+from tasks.core.errors import SourceError, disk_full
 
 
 def _remove(path: Path) -> None:
@@ -87,7 +87,8 @@ def atomic_outputs(*paths: str | os.PathLike) -> Iterator[list[Path]]:
     """Yield temporary sibling paths for ``paths``; rename them into place on success.
 
     Works for files and directories. On any exception the temporaries are
-    deleted and the previous outputs are left untouched; the temporaries a killed
+    deleted and the previous outputs are left untouched (a full disk is raised as the
+    :class:`tasks.core.errors.DiskFullError` of the first output: its path and free space); the temporaries a killed
     writer left (``.<name>.tmp-<tag>`` of a process that is gone: :func:`remove_orphans`) are
     removed first.
 
@@ -105,9 +106,11 @@ def atomic_outputs(*paths: str | os.PathLike) -> Iterator[list[Path]]:
         _remove(temp)
     try:
         yield temps
-    except BaseException:
+    except BaseException as exc:
         for temp in temps:
             _remove(temp)
+        if (full := disk_full(exc, finals[0])) is not None:  # name what was being written, not the cwd
+            raise full from exc
         raise
     for final, temp in zip(finals, temps):
         if not temp.exists():

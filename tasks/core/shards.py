@@ -375,6 +375,16 @@ def write_output(run: ShardRun, schema: pa.Schema, path: str | os.PathLike) -> i
     return rows
 
 
+def remove_left_work(root: str | os.PathLike = "data") -> list[Path]:
+    """Remove every shard work folder under ``root`` (what it removed): call it only once every stage is up
+    to date, when no folder can be resumed into an output any more. A killed sharded stage leaves its folder
+    for its rerun; when that rerun is served by DVC's run cache instead, no code of the stage runs to remove it."""
+    left = sorted(p for p in Path(root).glob("**/.*.shards-*") if p.is_dir())
+    for folder in left:
+        shutil.rmtree(folder, ignore_errors=True)
+    return left
+
+
 def remove_work(run: ShardRun) -> None:
     """Remove the work folder of ``run`` and any stale sibling (other params or input) of the
     same output: once the output is written, none of them can be resumed into it."""

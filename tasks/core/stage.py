@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import _thread
 import gc
 import logging
+import os
+import signal
 import sys
+import threading
 import urllib.error
 import urllib.request
-from typing import Callable
+from contextlib import contextmanager
+from typing import Callable, Iterator
 
 from prefect import task
 from prefect.cache_policies import NO_CACHE
@@ -36,6 +41,20 @@ def run_logger() -> logging.Logger | logging.LoggerAdapter:
         return logging.getLogger(__name__)
 
 
+WATCH_EVERY, WATCH_MISSES = 5.0, 3  # seconds between health checks; misses in a row that stop the stage
+
+
+def _answers(url: str, timeout: float) -> bool:
+    """Whether anything answers HTTP at ``url``'s ``/health`` (any status counts: only the connection matters)."""
+    try:
+        urllib.request.urlopen(f"{url.rstrip('/')}/health", timeout=timeout).close()
+    except urllib.error.HTTPError:
+        pass
+    except (OSError, ValueError):  # URLError, refused, timed out, malformed URL
+        return False
+    return True
+
+
 def check_prefect_api(timeout: float = 3.0) -> None:
     """Fail fast when ``PREFECT_API_URL`` names a server that does not answer (Prefect
     would otherwise fail deep inside the flow with a connection traceback). Unset, the
@@ -48,21 +67,63 @@ def check_prefect_api(timeout: float = 3.0) -> None:
     from prefect.settings import PREFECT_API_URL
 
     url = PREFECT_API_URL.value()
-    if not url:
-        return
-    try:
-        urllib.request.urlopen(f"{url.rstrip('/')}/health", timeout=timeout).close()
-    except urllib.error.HTTPError:
-        pass
-    except (OSError, ValueError):  # URLError, refused, timed out, malformed URL
+    if url and not _answers(url, timeout):
         raise PipelineError(f"no Prefect server answers at {url} (unset PREFECT_API_URL to use a temporary one, "
-                            "or start one with `prefect server start`)") from None
+                            "or start one with `prefect server start`)")
+
+
+@contextmanager
+def server_watched() -> Iterator[list[str]]:
+    """While the stage runs, check every :data:`WATCH_EVERY` s that the Prefect server of ``PREFECT_API_URL``
+    still answers; after :data:`WATCH_MISSES` misses in a row, interrupt the stage (Ctrl-C's way: its
+    temporaries are removed, a pretraining's checkpoint stays) and put the reason in the yielded list; if it
+    has not stopped 2 checks later (Prefect retrying to report the failure), end the process with that line.
+    Without it, a server dying mid-stage surfaced minutes later as Prefect's client gave up its retries, as a
+    200-line httpx traceback."""
+    from prefect.settings import PREFECT_API_URL
+
+    url, lost, done = PREFECT_API_URL.value(), [], threading.Event()
+
+    def watch() -> None:
+        misses = 0
+        while not done.wait(WATCH_EVERY):
+            misses = 0 if _answers(url, timeout=WATCH_EVERY) else misses + 1
+            if misses == WATCH_MISSES:
+                lost.append(_lost(url))
+                _thread.interrupt_main(signal.SIGUSR1)  # not SIGINT: a background job ignores it, and so its stage
+                if not done.wait(WATCH_EVERY * 2):  # a Prefect flow reports its failure to the dead server first,
+                    print(f"error: {lost[0]}", file=sys.stderr, flush=True)  # retrying for minutes: stop it as a
+                    os._exit(1)  # kill would (its temporaries go at the next run; a checkpoint stays)
+                return
+
+    def stop(signum, frame):
+        raise PipelineError(lost[0])  # unwinds like Ctrl-C: temporaries removed, a checkpoint kept
+
+    watcher = threading.Thread(target=watch, name="prefect-server-watch", daemon=True) if url else None
+    previous = signal.signal(signal.SIGUSR1, stop) if watcher else None
+    if watcher:
+        watcher.start()
+    try:
+        yield lost
+    except BaseException:
+        if not lost and url and not _answers(url, timeout=3.0):  # the flow failed on the dead server first
+            lost.append(_lost(url))
+        raise
+    finally:
+        done.set()
+        if watcher:
+            signal.signal(signal.SIGUSR1, previous)
+
+
+def _lost(url: str) -> str:
+    return (f"the Prefect server at {url} stopped answering during the stage; restart it (`make repro` starts "
+            "one) and rerun (a pretraining resumes from its checkpoint)")
 
 
 def run_stage(flow: Callable, *args: str) -> None:
     """Run a stage's flow as a program: a :class:`PipelineError` (bad input or
-    params, an unreachable Prefect server) prints one ``error:`` line naming the
-    culprit and exits with status 1."""
+    params, an unreachable Prefect server, at the start or later: :func:`server_watched`)
+    prints one ``error:`` line naming the culprit and exits with status 1."""
     quiet_user_errors()
     die_with_parent()  # a stage never outlives the command that started it (dvc repro, a shell)
     # What the stage has imported (torch, transformers, Prefect: millions of objects) is never
@@ -71,7 +132,14 @@ def run_stage(flow: Callable, *args: str) -> None:
     gc.freeze()
     try:
         check_prefect_api()
-        flow(*args)
+        lost: list[str] = []
+        try:
+            with server_watched() as lost:
+                flow(*args)
+        except BaseException:
+            if lost:  # the watch interrupted the flow, or the flow failed on the dead server first
+                raise PipelineError(lost[0]) from None
+            raise
     except PipelineError as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(1)

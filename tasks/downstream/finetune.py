@@ -50,13 +50,15 @@ def fit(model: torch.nn.Module, data: Batches, *, epochs: float, batch_size: int
         ``wall_sec``, ``examples_per_sec`` and ``threads`` (this process's intra-op threads).
     Raises:
         ParamsError: ``batch_size`` is not a multiple of the number of processes.
+        DivergedError: the logged loss is NaN or infinite (:func:`tasks.training.loop.check_finite`).
     """
     torch.manual_seed(seed + ranks.rank)
     model.to(device).train()
     schedule = BatchSchedule(data.lengths, batch_size, seed)
     total = max(1, round(epochs * schedule.per_epoch))
     opt = optimizer_for(model, lr, weight_decay)
-    history = History(total, log, ranks)
+    history = History(total, log, ranks, f"fine-tuning lr {lr:g}, warm-up {warmup_fraction:g}, batch {batch_size}, "
+                                         f"max_grad_norm {max_grad_norm:g}")
 
     class Task:
         def batches(self, step: int) -> list[dict[str, torch.Tensor]]:

@@ -19,9 +19,15 @@ import subprocess
 import sys
 import time
 
+from tasks.core.shards import remove_left_work
 from tasks.orchestration.repro import stage_order
 
-RUNNING = re.compile(r"^Running stage '([^']+)'")
+RUNNING = re.compile(r"^Running stage '([^']+)'", re.M)
+
+
+def ran_stages(output: str) -> set[str]:
+    """The stages a ``dvc repro`` (or ``dvc exp run``) output says it ran."""
+    return set(RUNNING.findall(output))
 
 
 def planned(repo_root: str = ".", order: list[str] | None = None) -> list[str]:
@@ -65,6 +71,9 @@ def main(argv: list[str]) -> int:
         sys.stdout.write(line)
         sys.stdout.flush()
     status = proc.wait()
+    if status == 0 and not argv:  # the whole DAG is up to date: no shard work folder can be resumed any more
+        for folder in remove_left_work():
+            print(f"removed {folder}, a killed run's work the run cache made useless", flush=True)
     print(f"dvc repro: {ran} stages ran in {clock(time.perf_counter() - t0)}" + ("" if status == 0 else
                                                                                  f", exit status {status}"))
     return status

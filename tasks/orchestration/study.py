@@ -46,6 +46,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
 
@@ -53,6 +54,7 @@ from tasks.core import paths
 from tasks.core.io import atomic_outputs, to_json
 from tasks.core.lifetime import die_with_parent
 from tasks.core.params import PARAMS_FILE, Params, ParamsError, load_params
+from tasks.orchestration.progress import ran_stages
 from tasks.report.planner import main as plan
 
 # each objective's learning rate chosen on held-out dev text (stage sweep@<objective>); the default run has none
@@ -107,12 +109,39 @@ def _run(cmd: list[str], log, env: dict | None = None) -> str:
                             env={**os.environ, **(env or {})},
                             preexec_fn=partial(die_with_parent, signal.SIGTERM, os.getpid()))
     lines = []
-    for line in proc.stdout:
-        log.write(line)
-        lines.append(line)
+    try:
+        for line in proc.stdout:
+            log.write(line)
+            lines.append(line)
+    except BaseException:  # stopped (Ctrl-C, SIGTERM): the command goes first, then its workspace (left_behind)
+        proc.terminate()
+        proc.wait()
+        raise
     if proc.wait():
         raise SystemExit(proc.returncode)
     return "".join(lines)
+
+
+EXP_TEMPS = Path(".dvc/tmp/exps/standalone")  # where `dvc exp run --temp` makes its workspace
+
+
+def _stop(signum, frame):
+    raise KeyboardInterrupt  # SIGTERM unwinds like Ctrl-C, so that left_behind cleans up
+
+
+@contextmanager
+def left_behind_removed():
+    """While the study runs, SIGTERM stops it as Ctrl-C does; either way the temporary workspaces its
+    ``dvc exp run --temp`` commands made (``.dvc/tmp/exps/standalone/tmp*``, a copy of the repository
+    each, which DVC leaves when its command is killed) are removed once the commands have exited."""
+    before = set(EXP_TEMPS.glob("tmp*"))
+    previous = signal.signal(signal.SIGTERM, _stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        for folder in set(EXP_TEMPS.glob("tmp*")) - before:
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def copy_experiment(name: str, out: Path) -> None:
@@ -145,15 +174,23 @@ def check_params(params: dict) -> Params:
     validated params.
 
     Raises:
-        ParamsError: the overridden params are invalid (every offending key named).
+        ParamsError: an override names no key of ``params.yaml`` or is not Hydra's syntax (the override and
+            Hydra's reason named), or the overridden params are invalid (every offending key named).
     """
+    from dvc.exceptions import InvalidArgumentError
     from dvc.utils.hydra import apply_overrides
 
     overrides = _flags(params)[1::2]
     with tempfile.TemporaryDirectory() as tmp:
         copy = Path(tmp) / "params.yaml"
         shutil.copyfile(PARAMS_FILE, copy)
-        apply_overrides(copy, overrides)
+        for override in overrides:  # one at a time, so that the error names its override
+            try:
+                apply_overrides(copy, [override])
+            except InvalidArgumentError as exc:  # DVC's message names neither the key nor the reason
+                reason = str(exc.__cause__ or exc).splitlines()[0]
+                raise ParamsError(f"-S {override}: {reason} (Hydra's override syntax: a key of {PARAMS_FILE}, "
+                                  "++key=value to add one)") from None
         try:
             return load_params(copy)
         except ParamsError as exc:
@@ -186,10 +223,17 @@ def run_units(name: str, params: dict, workers: int, log) -> str:
                                         text=True).stdout for i in range(2, len(rest) + 2))
 
 
+def _positive(text: str) -> int:
+    """``--workers``: a whole number of at least 1 (0 ran as 1 worker)."""
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of workers (a whole number, at least 1)")
+    return int(text)
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="study", description="make study / compare / full (module docstring)")
     parser.add_argument("which", nargs="?", choices=list(STUDIES), default="study")
-    parser.add_argument("--workers", type=int, default=1, help="units of work at once (DVC's experiment queue)")
+    parser.add_argument("--workers", type=_positive, default=1, help="units of work at once (DVC's experiment queue)")
     parser.add_argument("--out", type=Path, help="where the report goes (default: reports/<which>)")
     parser.add_argument("-S", dest="overrides", action="append", default=[],
                         help="key=value: the study's params changed (every unit gets it), e.g. a reduced study; "
@@ -218,14 +262,15 @@ def main(argv: list[str]) -> int:
               f"side by side will thrash; -S pretrain.threads={max(1, cores // workers)} fits them (its models then "
               "differ from the default run's in their last bits, so its cache serves them no longer)", file=sys.stderr)
     t0 = time.time()
-    out = run_units(name, params, workers, sys.stdout) if workers > 1 and "pretrain.seeds" in params else ""
-    out += _run(["dvc", "exp", "run", "--temp", "--name", name, *_flags(params), *argv], sys.stdout)
+    with left_behind_removed():
+        out = run_units(name, params, workers, sys.stdout) if workers > 1 and "pretrain.seeds" in params else ""
+        out += _run(["dvc", "exp", "run", "--temp", "--name", name, *_flags(params), *argv], sys.stdout)
     wall = time.time() - t0
     with atomic_outputs(out_dir) as (folder,):
         copy_experiment(name, folder)
         (folder / "study.json").write_text(to_json({
             "experiment": name, "params": params, "workers": workers, "wall_sec": round(wall, 1),
-            "stages_run": sorted(set(re.findall(r"Running stage '([^']+)'", out)))}), encoding="utf-8")
+            "stages_run": sorted(ran_stages(out))}), encoding="utf-8")
     plan([str(out_dir), "--target", "1.0"])
     print(f"{which}: {wall / 3600:.2f} h; experiment {name} (dvc exp show; dvc exp push <remote> {name}); report, "
           f"metrics and plan in {out_dir}/")
@@ -233,4 +278,9 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    try:
+        sys.exit(main(sys.argv[1:]))
+    except KeyboardInterrupt:
+        print("study: stopped; its temporary workspace is removed (what its stages finished stays in DVC's run cache)",
+              file=sys.stderr)
+        sys.exit(130)

@@ -26,7 +26,9 @@ Intervals: the per-position (per-token) differences from the trivial solution ar
 sequence, so their mean gets the cluster-robust (sandwich) variance over sequences
 (:func:`clustered_mean`); the AUC gets Hanley and McNeil's (1982) standard error; the mean cosine
 a jackknife over sequences. A gate passes when its whole interval is on the right side of its
-threshold. Thresholds are constants here, stated in the report beside every value.
+threshold. Sequences are the independent units: with fewer than ``MIN_GATE_SEQUENCES`` (20) a
+clustered or jackknife interval is not estimable (one sequence gives a standard error of 0), so it
+reads n/a (NaN) and the gate fails. Thresholds are constants here, stated in the report beside every value.
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 from scipy import stats
+
+from tasks.core.params.pretraining import MIN_GATE_SEQUENCES
 
 MLM_LOSS_MARGIN = 0.1  # nats per masked token below the unigram loss
 RTD_LOSS_MARGIN = 0.1  # share of the base rate's binary entropy the discriminator must remove
@@ -84,6 +88,7 @@ def _difference_gate(name: str, difference: np.ndarray, clusters: np.ndarray, va
     """A gate on ``value`` (a mean) whose interval comes from its per-position ``difference`` to a
     ``reference`` mean at the same positions, so the reference's noise at those positions cancels."""
     mean, se = clustered_mean(difference, clusters)
+    se = se if len(np.unique(clusters)) >= MIN_GATE_SEQUENCES else float("nan")  # too few sequences: n/a
     return Gate(name, value, reference + mean - Z * se, reference + mean + Z * se, threshold, above)
 
 
@@ -191,7 +196,8 @@ def collapse_gate(sums: np.ndarray, counts: np.ndarray) -> Gate:
     value = cosine(total, n)
     leave_out = np.array([cosine(total - s, n - c) for s, c in zip(sums, counts)])
     k = len(counts)
-    se = float(np.sqrt((k - 1) / k * ((leave_out - leave_out.mean()) ** 2).sum())) if k > 1 else float("nan")
+    se = float(np.sqrt((k - 1) / k * ((leave_out - leave_out.mean()) ** 2).sum())) if k >= MIN_GATE_SEQUENCES \
+        else float("nan")
     return Gate("mean cosine between token states", value, value - Z * se, value + Z * se, COLLAPSE_CEILING,
                 above=False)
 

@@ -374,4 +374,5 @@ def heldout_point(folder: Path, measure: str | None, ids: np.ndarray, offsets: n
         point = {"rtd_loss": scores["rtd_loss"], "rtd_accuracy": scores["rtd_accuracy"], "predictions": scores["tokens"],
                  **measures}
     gates.append(collapse_gate(*token_state_sums(AutoModel.from_pretrained(folder), ids, offsets, masks["device"])))
-    return {"loss": None, "accuracy": None, "predictions": None, **point, "gates": [g.record() for g in gates]}
+    return {"loss": None, "accuracy": None, "predictions": None, **point, "sequences": len(offsets) - 1,
+            "gates": [g.record() for g in gates]}

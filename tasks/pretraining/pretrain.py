@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import csv
 import math
+import os
 import resource
 import time
 from contextlib import contextmanager, nullcontext
@@ -35,7 +36,7 @@ from tasks.pretraining.flops import mlm_flops
 from tasks.pretraining.modeling import PretrainingModel
 from tasks.training.batching import BatchSchedule
 from tasks.training.distributed import Ranks
-from tasks.training.loop import Step, run, time_left
+from tasks.training.loop import Step, check_finite, run, time_left
 from tasks.training.optim import optimizer_for
 
 LOG_FIELDS = ["step", "tokens", "loss", "token_accuracy", "sentence_loss", "sentence_accuracy", "rtd_loss",
@@ -127,14 +128,16 @@ def train(model: PretrainingModel | ElectraPretrainingModel, data: PretrainingEx
     Raises:
         ParamsError: the global batch does not split over processes and accumulation steps.
     """
-    with exclusive(checkpoint) if ranks.is_main else nullcontext(), intra_op_threads(cfg.threads, device):
+    with exclusive(checkpoint) if ranks.is_main else nullcontext(), intra_op_threads(cfg.threads, device, log):
         return _train(model, data, cfg, seed, device, checkpoint, fingerprint, log, ranks, snapshots, snapshot,
                       equal_flops)
 
 
 @contextmanager
-def intra_op_threads(threads: int | None, device: torch.device):
-    """torch's CPU intra-op threads set to ``threads`` (None or CUDA: left alone), restored on exit.
+def intra_op_threads(threads: int | None, device: torch.device, log: Callable[[str], None] = print):
+    """torch's CPU intra-op threads set to ``threads`` (None or CUDA: left alone), restored on exit; more
+    threads than this process's cores is logged as a warning (they thrash; the run is kept: its result is
+    still the one of ``threads``).
 
     The weight gradients' reductions split over the threads, so their count changes a CPU run's last
     bits (2 threads against 1: different weights after 60 steps of the default model; the forward pass
@@ -142,6 +145,9 @@ def intra_op_threads(threads: int | None, device: torch.device):
     """
     before = torch.get_num_threads()
     if threads is not None and device.type == "cpu":
+        if threads > (cores := len(os.sched_getaffinity(0))):
+            log(f"warning: pretrain.threads {threads} > the {cores} cores this process may use: the threads thrash "
+                f"(a slower run, same result); pretrain.threads: {cores} fits them")
         torch.set_num_threads(threads)
     try:
         yield
@@ -225,6 +231,9 @@ def _train(model: PretrainingModel | ElectraPretrainingModel, data: PretrainingE
         if step % cfg.log_every == 0 or step == total:
             rows.append({"step": step, "tokens": tokens, "learning_rate": done.learning_rate,
                          **window.flush(elapsed()), "flops": flops if count_flops else None})
+            check_finite(rows[-1]["loss"], step, total, f"pretraining lr {done.learning_rate:.3g} of peak "
+                         f"{cfg.learning_rate:g}, warm-up {cfg.warmup_fraction:g}, batch {cfg.batch_size}, "
+                         f"max_grad_norm {cfg.max_grad_norm:g}")
             log(f"step {step}/{total} loss {rows[-1]['loss']:.4f} acc {rows[-1]['token_accuracy']:.3f} "
                 f"{rows[-1]['tokens_per_sec']:.0f} tokens/s, "
                 f"{time_left(time.perf_counter() - t0, step - start, total - start)}")

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from pydantic import ValidationError
+
 from tasks.core.errors import SourceError
 from tasks.core.io import read_json, write_json
 from tasks.core.params import Pretrain
@@ -26,9 +28,21 @@ def recipe(params, objective: str, choice: Path) -> tuple[Pretrain, str]:
     setting's name.
 
     Raises:
-        SourceError: the choice is missing (run stage ``sweep@<objective>``).
+        SourceError: the choice is missing, not JSON, not ``{"chosen": str, "overrides": {...}}``, or its
+            overrides are not valid pretraining knobs (each names the file; rerun stage ``sweep@<objective>``).
     """
+    rerun = f"rerun `dvc repro --force sweep@{objective}`"
     if not choice.is_file():
         raise SourceError(f"{choice} is missing: run `dvc repro sweep@{objective}` first")
-    made = read_json(choice)
+    try:
+        made = read_json(choice)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise SourceError(f"{choice} is not JSON ({exc}); {rerun}") from None
+    if not (isinstance(made, dict) and isinstance(made.get("chosen"), str) and isinstance(made.get("overrides"), dict)):
+        raise SourceError(f'{choice} is not a sweep\'s choice {{"chosen": name, "overrides": {{knob: value}}}}; {rerun}')
+    try:
+        params.pretrain.check_recipe(made["overrides"])
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        raise SourceError(f"{choice}: overrides are not valid pretraining knobs ({problems}); {rerun}") from None
     return params.pretrain_for(objective, made["overrides"]), made["chosen"]

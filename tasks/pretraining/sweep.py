@@ -10,6 +10,12 @@ budget shortened), measures each on the held-out task's *dev* text and keeps the
 held-out MLM loss, or for ELECTRA the highest RTD AUC (its loss depends on how hard the generator
 makes the task, which the recipe changes too). ``pretrain@<objective>-<seed>`` then trains with the
 chosen setting (:func:`tasks.pretraining.recipe.recipe`). Test text never takes part.
+
+Only a setting that learned is eligible: one that diverged (a non-finite loss, stopped at once) loses
+and is marked so; one whose model fails its gates at the sweep's horizon (the objective's gates on the
+same dev text, :mod:`tasks.pretraining.gates`, and the collapse gate) loses too: a short-horizon
+sweep otherwise favours a learning rate whose full run collapses. When no setting passes, the sweep
+fails with one line naming each setting's state instead of picking one.
 """
 
 from __future__ import annotations
@@ -19,44 +25,76 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from tasks.core.errors import DivergedError, PipelineError
 from tasks.core.params import Pretrain
-from tasks.pretraining.gates import rtd_gates
-from tasks.pretraining.heldout import evaluate_mlm, evaluate_rtd
+from tasks.pretraining.checkpoint import clear_checkpoint
+from tasks.pretraining.gates import collapse_gate, mlm_gates, rtd_gates, training_gates
+from tasks.pretraining.heldout import evaluate_mlm, evaluate_rtd, token_state_sums
 from tasks.pretraining.modeling import prepare_model
 from tasks.pretraining.pretrain import train
 
 
-def measure(model, ids: np.ndarray, offsets: np.ndarray, masks: dict) -> dict:
+def measure(model, ids: np.ndarray, offsets: np.ndarray, masks: dict, unigram: np.ndarray) -> dict:
     """The held-out measure a setting is judged by: ``loss``/``accuracy`` (MLM family, PerLM with a
-    token head) or ``rtd_loss``/``auc`` (ELECTRA); and ``score``, the higher the better (−loss, AUC).
-    PerLM predicting positions only has no held-out measure: ``score`` is None."""
+    token head) or ``rtd_loss``/``auc`` (ELECTRA); ``score``, the higher the better (−loss, AUC);
+    and ``gates``: the objective's held-out gates (``unigram``: the corpus's unigram log-probabilities,
+    :func:`tasks.pretraining.heldout.corpus_unigram`) and the collapse gate on the encoder's token states,
+    as :class:`tasks.pretraining.gates.Gate`. PerLM predicting positions only has no held-out
+    measure: ``score`` is None and only the collapse gate is measured."""
+    gates, out = [], {"score": None}
     if model.heldout == "rtd":
         scores = evaluate_rtd(model.discriminator, model.generator, ids, offsets, **masks)
         at = scores["tokens_measured"]
-        auc = rtd_gates(at["losses"], at["scores"], at["targets"], at["rows"], scores["sample_match"])[1]["auc"]
-        return {"rtd_loss": scores["rtd_loss"], "auc": auc, "score": auc}
-    if model.heldout == "mlm":
-        scores = evaluate_mlm(model.hf, ids, offsets, **masks)
-        return {"loss": scores["loss"], "accuracy": scores["accuracy"], "score": -scores["loss"]}
-    return {"score": None}
+        gates, measures = rtd_gates(at["losses"], at["scores"], at["targets"], at["rows"], scores["sample_match"])
+        out = {"rtd_loss": scores["rtd_loss"], "auc": measures["auc"], "score": measures["auc"]}
+    elif model.heldout == "mlm":
+        scores = evaluate_mlm(model.hf, ids, offsets, positions=True, **masks)
+        at = scores["positions"]
+        gates, _ = mlm_gates(at["losses"], at["correct"], at["labels"], at["rows"], unigram,
+                             inputs=at["inputs"] if masks.get("mac") is not None else None)
+        out = {"loss": scores["loss"], "accuracy": scores["accuracy"], "score": -scores["loss"]}
+    gates.append(collapse_gate(*token_state_sums(model.hf.base_model, ids, offsets, masks["device"])))
+    return {**out, "gates": gates}
 
 
 def run_setting(make_model, data, cfg: Pretrain, fraction: float, *, seed: int, device: torch.device, checkpoint: Path,
                 fingerprint: str, equal_flops: bool, heldout: tuple[np.ndarray, np.ndarray], masks: dict,
-                log=print) -> dict:
+                unigram: np.ndarray, sentence_task: str | None = None, log=print) -> dict:
     """Train ``make_model()`` on ``data`` with ``cfg`` for ``fraction`` of its budget and measure it
-    (:func:`measure`); resumable from ``checkpoint`` like a pretraining run. Returns the measure
-    with ``tokens``, ``steps`` and ``wall_sec``."""
+    (:func:`measure`, plus the pretraining log's gates: NSP/SOP, PerLM); resumable from ``checkpoint``
+    like a pretraining run. Returns the measure with ``tokens``, ``steps``, ``wall_sec`` and ``gates``
+    (records); a setting whose loss became non-finite returns ``diverged`` (the one-line reason), no
+    score and no gates."""
     model = prepare_model(make_model(), cfg, device)
     short = cfg.model_copy(update={"token_budget": max(1, round(cfg.token_budget * fraction)), "snapshots": []})
-    summary = train.fn(model, data, short, seed=seed, device=device, checkpoint=checkpoint, fingerprint=fingerprint,
-                       log=log, equal_flops=equal_flops)
-    checkpoint.unlink(missing_ok=True)
-    return {**measure(model, *heldout, masks), "tokens": summary["tokens"], "steps": summary["steps"],
-            "wall_sec": summary["wall_sec"]}
+    try:
+        summary = train.fn(model, data, short, seed=seed, device=device, checkpoint=checkpoint,
+                           fingerprint=fingerprint, log=log, equal_flops=equal_flops)
+    except DivergedError as diverged:
+        clear_checkpoint(checkpoint)
+        return {"score": None, "diverged": str(diverged), "tokens": 0, "steps": 0, "wall_sec": 0.0, "gates": []}
+    clear_checkpoint(checkpoint)  # its lock too
+    measured = measure(model, *heldout, masks, unigram)
+    gates = measured.pop("gates") + training_gates(summary["rows"], data, short, sentence_task, model)
+    return {**measured, "tokens": summary["tokens"], "steps": summary["steps"], "wall_sec": summary["wall_sec"],
+            "gates": [g.record() for g in gates]}
 
 
-def choose(results: dict[str, dict]) -> str:
-    """The setting with the best score (the first on a tie; the first if none has a score)."""
-    scored = [(r["score"], -i, name) for i, (name, r) in enumerate(results.items()) if r["score"] is not None]
-    return max(scored)[2] if scored else next(iter(results))
+def choose(objective: str, results: dict[str, dict]) -> str:
+    """The best setting of those that learned (no divergence, every gate passed): the highest score,
+    the first on a tie, the first eligible one when none has a score (PerLM positions-only).
+
+    Raises:
+        PipelineError: no setting learned; the message names each setting's state."""
+    eligible = [name for name, r in results.items()
+                if not r.get("diverged") and all(g["passed"] for g in r.get("gates", []))]
+    if not eligible:
+        def state(r: dict) -> str:
+            if r.get("diverged"):
+                return "diverged"
+            return "failed " + ", ".join(g["name"] for g in r["gates"] if not g["passed"])
+        raise PipelineError(f"sweep {objective}: no setting learned at the sweep's horizon ("
+                            + "; ".join(f"{n}: {state(r)}" for n, r in results.items())
+                            + "); widen sweep.settings (lower learning rates) or raise sweep.fraction")
+    scored = [(results[n]["score"], -i, n) for i, n in enumerate(eligible) if results[n]["score"] is not None]
+    return max(scored)[2] if scored else eligible[0]

@@ -55,6 +55,21 @@ def load_metrics(path: Path, model: type[M]) -> M | None:
     return read_metrics(path, model) if path.is_file() else None
 
 
+def missing_inputs(stage: str = "report", root: str = ".") -> list[str]:
+    """The outputs of ``dvc.yaml``'s stages that lie under one of ``stage``'s deps (the metrics, results
+    and data the report reads) but are not on disk, each as ``"<path> (stage <name>)"``: what a report
+    built now would silently leave out (DVC tracks the report's deps as whole folders, so it does not
+    order the stages that write into them before it)."""
+    from dvc.repo import Repo  # 0.6 s: only the report stage asks
+
+    with Repo(root) as repo:
+        stages = repo.index.stages
+        deps = [Path(root, d.def_path) for s in stages if s.name == stage for d in s.deps]
+        return [f"{Path(o.def_path)} (stage {s.name})" for s in stages if s.name != stage
+                for o in s.outs if (path := Path(root, o.def_path)) and not path.exists()
+                and any(path == d or d in path.parents for d in deps)]
+
+
 def loaded(metrics: Path, model: type[M], names: list[str]) -> dict[str, M]:
     """``name -> metrics`` of the per-item stage whose files ``model`` describes
     (``metrics/<kind>/<name>.json``), for the names that have run."""

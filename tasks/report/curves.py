@@ -70,10 +70,15 @@ def _finetuned(metrics: Path, name: str, fraction: float, task: str) -> float | 
 
 
 def _rank(task: str, over: str, pairs: list[tuple[float, float]]) -> list[list[str]]:
-    """A row of Spearman's ρ between minus the held-out loss and the fine-tuned score (none under 3 points)."""
+    """A row of Spearman's ρ between minus the held-out loss and the fine-tuned score (none under 3 points;
+    ``n/a`` when either side is constant: a rank correlation has no value without an order)."""
     if len(pairs) < 3:
         return []
-    rho, p = stats.spearmanr([-a for a, _ in pairs], [b for _, b in pairs])
+    losses, scores = [-a for a, _ in pairs], [b for _, b in pairs]
+    if len(set(losses)) == 1 or len(set(scores)) == 1:
+        return [[task, over, str(len(pairs)), "n/a (constant " + ("scores" if len(set(scores)) == 1 else "losses")
+                 + ")", "-"]]
+    rho, p = stats.spearmanr(losses, scores)
     return [[task, over, str(len(pairs)), f"{rho:+.2f}", f"{p:.3f}"]]
 
 

@@ -82,12 +82,16 @@ def _first_pass(curves: list[list[tuple[float, list[GateResult]]]], gate: str) -
 def gates_table(metrics: Path, objectives: list[str], seeds: list[int]) -> str | None:
     """A row per objective and gate at the end of the budget: the value (mean over pretraining
     seeds) with its 95% interval (over seeds; with one seed, the model's own), the threshold, how
-    many seeds passed, and from which fraction of the budget every seed passes."""
+    many seeds passed, from which fraction of the budget every seed passes, and the held-out sequences
+    measured (the fewest over seeds: the intervals' independent units)."""
     rows = []
     for objective in objectives:
         curves = [gate_curve(metrics, seeded(objective, s)) for s in seeds]
         if not all(curves):
             continue
+        ends = [load_metrics(metrics / "curves" / f"{seeded(objective, s)}.json", CurvesMetrics).points[-1]
+                for s in seeds]
+        sequences = min((p.sequences for p in ends if p.sequences is not None), default=None)
         for gate in curves[0][-1][1]:
             ends = [next(g for g in run[-1][1] if g.name == gate.name) for run in curves]
             values = np.array([np.nan if g.value is None else g.value for g in ends], dtype=float)
@@ -99,6 +103,6 @@ def gates_table(metrics: Path, objectives: list[str], seeds: list[int]) -> str |
             rows.append([objective, gate.name, f"{fmt(float(values.mean()), 3)} [{fmt(float(low), 3)}, "
                                                f"{fmt(float(high), 3)}]",
                          f"{'>' if gate.above else '<'} {fmt(gate.threshold, 3)}",
-                         f"{sum(g.passed for g in ends)}/{len(ends)}", _first_pass(curves, gate.name)])
+                         f"{sum(g.passed for g in ends)}/{len(ends)}", _first_pass(curves, gate.name), fmt(sequences)])
     return table(["objective", "gate", "value at the end [95% CI]", "threshold", "seeds passed",
-                  "every seed passes from (fraction of budget)"], rows) if rows else None
+                  "every seed passes from (fraction of budget)", "held-out sequences"], rows) if rows else None

@@ -103,12 +103,15 @@ def recipes_table(sweeps: dict[str, SweepMetrics | None], specs: dict[str, Objec
 
 def sweeps_table(sweeps: dict[str, SweepMetrics | None]) -> str | None:
     """Every setting of every objective's sweep (as :func:`recipes_table` takes them), measured on held-out
-    dev text, the chosen one in bold; None when no objective was swept."""
+    dev text, whether it learned (no divergence, its gates passed: only those can be chosen), the chosen one in
+    bold; None when no objective was swept."""
     rows = []
     for objective, sweep in sweeps.items():
         for s in sweep.settings if sweep else []:
             mark = (lambda x: f"**{x}**") if s.name == sweep.chosen else str
+            failed = [g.name for g in s.gates or [] if not g.passed]
+            learned = "diverged" if s.diverged else "failed " + "; ".join(failed) if failed else "yes"
             rows.append([mark(objective), mark(s.name), ", ".join(f"{k} {v:g}" for k, v in s.overrides.items()),
-                         fmt(s.loss, 3), fmt(s.accuracy, 1, True), fmt(s.auc, 3), fmt(s.wall_sec / 60, 1)])
-    return table(["objective", "setting", "overrides", "dev MLM loss", "dev accuracy %", "dev RTD AUC", "minutes"],
-                 rows) if rows else None
+                         fmt(s.loss, 3), fmt(s.accuracy, 1, True), fmt(s.auc, 3), learned, fmt(s.wall_sec / 60, 1)])
+    return table(["objective", "setting", "overrides", "dev MLM loss", "dev accuracy %", "dev RTD AUC", "learned",
+                  "minutes"], rows) if rows else None

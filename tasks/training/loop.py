@@ -15,6 +15,7 @@ distillation runs last minutes and restart from scratch.
 
 from __future__ import annotations
 
+import math
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from typing import Callable, Iterable, Protocol
 import numpy as np
 import torch
 
+from tasks.core.errors import DivergedError
 from tasks.training.device import autocast, to_device
 from tasks.training.distributed import Ranks, wrap
 from tasks.training.optim import learning_rate
@@ -84,6 +86,19 @@ def run(model: torch.nn.Module, objective: Objective, opt: torch.optim.Optimizer
         after_step(Step(step + 1, lr, micro, losses, parts))
 
 
+def check_finite(loss: float, step: int, total: int, recipe: str) -> None:
+    """Stop a run whose logged ``loss`` (the mean of its last log window) is NaN or infinite: nothing
+    after a non-finite loss is worth its compute, and no step is skipped silently (the remedies, a lower
+    learning rate, a longer warm-up, tighter clipping, are the user's choice).
+
+    Raises:
+        DivergedError: naming ``step`` of ``total``, the loss and ``recipe`` (the knobs that set the step size).
+    """
+    if not math.isfinite(loss):
+        raise DivergedError(f"training diverged: loss {loss} at step {step}/{total} ({recipe}); lower the "
+                            "learning rate, lengthen the warm-up or clip harder, and rerun")
+
+
 def time_left(seconds: float, done: int, total: int) -> str:
     """``"1:05 left"``: the rest of a ``total``-step run at the pace of its first ``done`` steps, which took
     ``seconds`` (what a long stage prints beside its step, so a terminal says how long it will be)."""
@@ -94,13 +109,13 @@ def time_left(seconds: float, done: int, total: int) -> str:
 class History:
     """Per-step values of a fine-tuning or distillation run, kept on the device until read.
 
-    Every fifth of the run it logs the mean loss of the last tenth of the steps; :meth:`tail` is
-    that mean for any key. Under DDP each rank adds its loss as DDP weights it (``world`` × its
+    Every fifth of the run it logs the mean loss of the last tenth of the steps, and stops a run whose
+    loss is no longer finite (:func:`check_finite`, naming ``recipe``); :meth:`tail` is that mean for any key. Under DDP each rank adds its loss as DDP weights it (``world`` × its
     share of the global batch); the values read are their means over ranks: the global batch's.
     """
 
-    def __init__(self, total: int, log: Callable[[str], None], ranks: Ranks = Ranks()):
-        self.total, self.log, self.ranks = total, log, ranks
+    def __init__(self, total: int, log: Callable[[str], None], ranks: Ranks = Ranks(), recipe: str = ""):
+        self.total, self.log, self.ranks, self.recipe = total, log, ranks, recipe
         self.values: dict[str, list[float]] = {}
         self.t0, self.first = time.perf_counter(), None
         self.pending: list[dict[str, torch.Tensor]] = []
@@ -110,8 +125,9 @@ class History:
         self.pending.append(values)
         self.first = done - 1 if self.first is None else self.first  # a resumed run's pace counts from its start
         if done % max(1, self.total // 5) == 0:
-            pace = time_left(time.perf_counter() - self.t0, done - self.first, self.total - self.first)
-            self.log(f"step {done}/{self.total} loss {self.tail('loss'):.4f}, {pace}")
+            pace, loss = time_left(time.perf_counter() - self.t0, done - self.first, self.total - self.first), self.tail("loss")
+            check_finite(loss, done, self.total, self.recipe)
+            self.log(f"step {done}/{self.total} loss {loss:.4f}, {pace}")
 
     def tail(self, key: str) -> float:
         """Mean of ``key`` over the last tenth of the steps so far (at least one)."""

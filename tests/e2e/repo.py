@@ -3,7 +3,6 @@ the end-to-end tests run in it."""
 
 import json
 import os
-import re
 import shutil
 import subprocess
 from contextlib import contextmanager
@@ -21,11 +20,6 @@ def run(cmd: list[str], repo: Path, env: dict) -> str:
     proc = subprocess.run(cmd, cwd=repo, env=env, capture_output=True, text=True)
     assert proc.returncode == 0, f"{' '.join(cmd)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     return proc.stdout
-
-
-def ran_stages(output: str) -> set[str]:
-    """The stages a ``dvc repro`` output says it ran."""
-    return set(re.findall(r"Running stage '([^']+)'", output))
 
 
 def lock_outs(repo: Path) -> dict[str, str]:

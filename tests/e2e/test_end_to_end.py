@@ -12,8 +12,8 @@ import pytest
 import yaml
 
 from tests.conftest import small_params
-from tasks.orchestration.progress import planned
-from tests.e2e.repo import lock_outs, params_problems, ran_stages, reproduced, run, write_params
+from tasks.orchestration.progress import planned, ran_stages
+from tests.e2e.repo import lock_outs, params_problems, reproduced, run, write_params
 
 pytestmark = pytest.mark.slow
 

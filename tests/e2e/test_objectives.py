@@ -12,7 +12,8 @@ import yaml
 from tasks.core.params import load_params
 from tasks.report.findings import comparison_section, load_outcomes
 from tests.conftest import small_params
-from tests.e2e.repo import ran_stages, reproduced, run, write_params
+from tasks.orchestration.progress import ran_stages
+from tests.e2e.repo import reproduced, run, write_params
 
 pytestmark = pytest.mark.slow
 

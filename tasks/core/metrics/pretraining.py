@@ -182,6 +182,9 @@ class CurvePoint(Record):
     """ELECTRA: share (0-1) of the replaced tokens called replaced."""
     gates: list[GateResult] = absent()
     """Whether the model learned its objective by this point (:mod:`tasks.pretraining.gates`)."""
+    sequences: int = absent()
+    """Held-out sequences measured: the independent units of the gates' intervals (``curves.heldout_sequences``,
+    or fewer when the held-out task has fewer)."""
 
 
 class CurvesMetrics(Metrics):
@@ -225,6 +228,11 @@ class SweepSetting(Record):
     steps: int
     wall_sec: float
     """Wall-clock seconds of the setting's training (2 decimals)."""
+    gates: list[GateResult] = absent()
+    """The gates of the setting's model at the sweep's horizon, on the dev text: only a setting that passes
+    them all can be chosen."""
+    diverged: str | None = absent()
+    """Why the setting stopped: its loss became non-finite (it cannot be chosen)."""
 
 
 class SweepMetrics(Metrics):

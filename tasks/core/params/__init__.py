@@ -155,13 +155,17 @@ class Params(_Strict):
             except ValidationError as exc:
                 problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
                 raise ValueError(f"{where}.training: {problems}") from None
-        for name, spec in self.objectives.items():
+        # each recipe alone first, so that a bad value is named where it is written; then each combination
+        recipes = [*((f"sweep.settings.{s}", {}, v) for s, v in self.sweep.settings.items()),
+                   *((f"objectives.{n}.pretrain", spec.pretrain, {}) for n, spec in self.objectives.items()),
+                   *((f"sweep.settings.{s} over objectives.{n}.pretrain", spec.pretrain, v)
+                     for n, spec in self.objectives.items() for s, v in self.sweep.settings.items())]
+        for where, own, setting in recipes:
             try:
-                for setting in [{}, *self.sweep.settings.values()]:
-                    self.pretrain.check_recipe({**spec.pretrain, **setting})
+                self.pretrain.check_recipe({**own, **setting})
             except ValidationError as exc:
                 problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
-                raise ValueError(f"objectives.{name}.pretrain: {problems}") from None
+                raise ValueError(f"{where}: {problems}") from None
         self._check_global_batches()
         return self
 

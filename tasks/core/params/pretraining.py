@@ -20,6 +20,8 @@ SentenceTask = Literal["nsp", "sop"]  # segment-pair task (tasks.pretraining.pai
 MASKING_SCHEMES: tuple[str, ...] = get_args(MaskingScheme)
 SENTENCE_TASKS: tuple[str, ...] = get_args(SentenceTask)
 
+MIN_GATE_SEQUENCES = 20  # fewer held-out sequences give a gate no interval (tasks/pretraining/gates.py)
+
 
 class Replacement(_Strict):
     """What a chosen token becomes; the shares sum to 1 (see :mod:`tasks.pretraining.masking`).
@@ -294,7 +296,10 @@ class Curves(_Strict):
 
     heldout_task: str = Field(description="a task whose evaluation text (dev and test, never pretrained on) is "
                                           "the held-out text of the MLM measure")
-    heldout_sequences: PositiveInt = Field(description="held-out sequences of max_seq_length the measure masks")
+    heldout_sequences: int = Field(ge=MIN_GATE_SEQUENCES, description=(
+        "held-out sequences of max_seq_length the measure masks: the independent units of the gates' intervals, "
+        f"at least {MIN_GATE_SEQUENCES} (tasks/pretraining/gates.py); a task with fewer gives what it has, and "
+        "the report says how many"))
     tasks: list[str] = Field(description="fine-tuning tasks each snapshot is also fine-tuned on ([]: none)")
 
 
