@@ -50,7 +50,7 @@ def sweep(objective: str) -> None:
             equal_flops=spec.budget == "mlm_flops", heldout=(ids, offsets), masks=masks, unigram=unigram,
             sentence_task=spec.sentence_task, log=logger.info)
         logger.info(f"sweep {objective}, {setting} {overrides}: {results[setting]}")
-    chosen = choose(objective, results)
+    chosen = choose(objective, results, cfg.learned_only)
     logger.info(f"sweep {objective}: {chosen} chosen")
     _write(objective, params, chosen, cfg.settings[chosen], results, t0)
 

@@ -56,6 +56,7 @@ def small_params() -> dict:
     params["pretrain"].update(token_budget=6000, batch_size=8, log_every=5, checkpoint_every=10)
     # the default run has no sweep (its recipes are params); the study's, two settings, runs here
     params["sweep"]["settings"] = {"lr5e-4": {"learning_rate": 0.0005}, "lr1e-3": {"learning_rate": 0.001}}
+    params["sweep"]["learned_only"] = False  # 1,500 tokens a setting: no model learns, the choice is still made
     params["finetune"].update(baselines=[], seeds=[1, 2])
     params["curves"].update(heldout_sequences=40, tasks=["sentiment"])
     params["finetune"]["training"].update(epochs=1, max_seq_length=32)

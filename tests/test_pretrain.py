@@ -576,6 +576,7 @@ def test_a_sweep_setting_that_diverged_loses_and_a_sweep_with_no_setting_that_le
                "lr_1e-3": {"score": -6.4, "gates": [passed, failed]},
                "lr_5e-4": {"score": -6.5, "gates": [passed]}}
     assert choose("wwm", results) == "lr_5e-4"  # the best score lost: its model collapsed
+    assert choose("wwm", results, learned_only=False) == "lr_1e-3"  # the best finite score, gates aside
     del results["lr_5e-4"]
     with pytest.raises(PipelineError, match=r"sweep wwm: no setting learned at the sweep's horizon \(lr_2e-3: "
                                             r"diverged; lr_1e-3: failed mean cosine between token states\)"):

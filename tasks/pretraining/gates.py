@@ -36,15 +36,13 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 import numpy as np
-from scipy import stats
-
 from tasks.core.params.pretraining import MIN_GATE_SEQUENCES
 
 MLM_LOSS_MARGIN = 0.1  # nats per masked token below the unigram loss
 RTD_LOSS_MARGIN = 0.1  # share of the base rate's binary entropy the discriminator must remove
 AUC_FLOOR = 0.7
 COLLAPSE_CEILING = 0.9
-Z = float(stats.norm.ppf(0.975))
+Z = 1.959963984540054  # scipy.stats.norm.ppf(0.975), written out: scipy.stats costs a pretraining stage 0.5 s to import
 
 
 @dataclass(frozen=True)
@@ -145,6 +143,8 @@ def roc_auc(scores: np.ndarray, targets: np.ndarray) -> tuple[float, float]:
     positives, negatives = int(targets.sum()), int((~targets).sum())
     if not positives or not negatives:
         return float("nan"), float("nan")
+    from scipy import stats
+
     ranks = stats.rankdata(scores)
     auc = float((ranks[targets].sum() - positives * (positives + 1) / 2) / (positives * negatives))
     q1, q2 = auc / (2 - auc), 2 * auc ** 2 / (1 + auc)

@@ -80,14 +80,15 @@ def run_setting(make_model, data, cfg: Pretrain, fraction: float, *, seed: int, 
             "gates": [g.record() for g in gates]}
 
 
-def choose(objective: str, results: dict[str, dict]) -> str:
-    """The best setting of those that learned (no divergence, every gate passed): the highest score,
-    the first on a tie, the first eligible one when none has a score (PerLM positions-only).
+def choose(objective: str, results: dict[str, dict], learned_only: bool = True) -> str:
+    """The best setting of those that learned (no divergence, every gate passed; without ``learned_only``,
+    of those that did not diverge): the highest score, the first on a tie, the first eligible one when none
+    has a score (PerLM positions-only).
 
     Raises:
-        PipelineError: no setting learned; the message names each setting's state."""
-    eligible = [name for name, r in results.items()
-                if not r.get("diverged") and all(g["passed"] for g in r.get("gates", []))]
+        PipelineError: no setting is eligible; the message names each setting's state."""
+    eligible = [name for name, r in results.items() if not r.get("diverged")
+                and (not learned_only or all(g["passed"] for g in r.get("gates", [])))]
     if not eligible:
         def state(r: dict) -> str:
             if r.get("diverged"):

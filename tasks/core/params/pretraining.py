@@ -277,7 +277,12 @@ class Sweep(_Strict):
     fraction: float = Field(gt=0, le=1, description="share of the objective's budget each setting trains for")
     settings: dict[str, dict[str, float | int]] = Field(
         description=f"name -> overrides of the objective's recipe ({', '.join(RECIPE_KNOBS)}); {{}}: no search, "
-                    "pretrain trains with params' own recipe (the default run's: docs/running.md#the-default-run)")
+                    "pretrain trains with params' own recipe (the default run's: "
+                    "docs/running.md#the-default-run-and-what-runs-at-full-scale)")
+    learned_only: bool = Field(True, description=(
+        "only a setting whose model learned (finite loss, every gate passed at the sweep's horizon) can be "
+        "chosen, and a sweep with none fails; false: the best finite score whatever the gates (runs too small "
+        "to learn, such as the end-to-end tests')"))
 
     @field_validator("settings")
     @classmethod
