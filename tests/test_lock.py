@@ -37,7 +37,9 @@ def stale_deps(root: Path) -> dict[str, list[str]]:
             elif isinstance(entry, dict):
                 deps = entry.get("changed deps", {})
                 found += [path for path in deps if path.startswith(CODE)]
-                found += [f"params.yaml:{key}" for key in deps.get("params.yaml", {})]
+                params = deps.get("params.yaml", {})  # keys, or "modified" for a stage that reads the whole file
+                found += [f"params.yaml:{key}" for key in params] if isinstance(params, dict) else \
+                    [f"params.yaml ({params})"] if params else []
         if found and name not in stale:
             stale[name] = found
     return stale
