@@ -358,21 +358,32 @@ def heldout_point(folder: Path, measure: str | None, ids: np.ndarray, offsets: n
         A :class:`tasks.core.metrics.pretraining.CurvePoint`'s fields but ``fraction``, and
         ``predictions``: the positions measured (None without a measure).
     """
+    head = None if measure is None else (ElectraForPreTraining if measure == "rtd" else BertForMaskedLM
+                                         ).from_pretrained(folder)
+    generator = ElectraForMaskedLM.from_pretrained(folder / GENERATOR_DIR) if measure == "rtd" else None
+    return measure_models(measure, head, generator, AutoModel.from_pretrained(folder), ids, offsets, unigram, masks)
+
+
+def measure_models(measure: str | None, head: PreTrainedModel | None, generator: PreTrainedModel | None,
+                   encoder: PreTrainedModel, ids: np.ndarray, offsets: np.ndarray, unigram: np.ndarray,
+                   masks: dict) -> dict:
+    """:func:`heldout_point` of models in memory (a sweep's setting measures the model it just trained):
+    ``head`` the masked LM (``mlm``, ``mac``) or the discriminator (``rtd``; ``generator`` its generator),
+    ``encoder`` the encoder whose token states the collapse gate reads. Returns what :func:`heldout_point` does."""
     point, gates = {}, []
     if measure in ("mlm", "mac"):
-        scores = evaluate_mlm(BertForMaskedLM.from_pretrained(folder), ids, offsets, positions=True, **masks)
+        scores = evaluate_mlm(head, ids, offsets, positions=True, **masks)
         at = scores["positions"]
         gates, references = mlm_gates(at["losses"], at["correct"], at["labels"], at["rows"], unigram,
                                       inputs=at["inputs"] if measure == "mac" else None)
         point = {"loss": scores["loss"], "accuracy": scores["accuracy"], "predictions": scores["predictions"],
                  **references}
     elif measure == "rtd":
-        scores = evaluate_rtd(ElectraForPreTraining.from_pretrained(folder),
-                              ElectraForMaskedLM.from_pretrained(folder / GENERATOR_DIR), ids, offsets, **masks)
+        scores = evaluate_rtd(head, generator, ids, offsets, **masks)
         at = scores["tokens_measured"]
         gates, measures = rtd_gates(at["losses"], at["scores"], at["targets"], at["rows"], scores["sample_match"])
         point = {"rtd_loss": scores["rtd_loss"], "rtd_accuracy": scores["rtd_accuracy"], "predictions": scores["tokens"],
                  **measures}
-    gates.append(collapse_gate(*token_state_sums(AutoModel.from_pretrained(folder), ids, offsets, masks["device"])))
+    gates.append(collapse_gate(*token_state_sums(encoder, ids, offsets, masks["device"])))
     return {"loss": None, "accuracy": None, "predictions": None, **point, "sequences": len(offsets) - 1,
             "gates": [g.record() for g in gates]}

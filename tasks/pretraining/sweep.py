@@ -28,33 +28,27 @@ import torch
 from tasks.core.errors import DivergedError, PipelineError
 from tasks.core.params import Pretrain
 from tasks.pretraining.checkpoint import clear_checkpoint
-from tasks.pretraining.gates import collapse_gate, mlm_gates, rtd_gates, training_gates
-from tasks.pretraining.heldout import evaluate_mlm, evaluate_rtd, token_state_sums
+from tasks.pretraining.gates import training_gates
+from tasks.pretraining.heldout import measure_models, measure_of
 from tasks.pretraining.modeling import prepare_model
 from tasks.pretraining.pretrain import train
 
 
+SWEPT_MEASURES = {"mlm": ("loss", "accuracy"), "mac": ("loss", "accuracy"), "rtd": ("rtd_loss", "auc")}
+
+
 def measure(model, ids: np.ndarray, offsets: np.ndarray, masks: dict, unigram: np.ndarray) -> dict:
-    """The held-out measure a setting is judged by: ``loss``/``accuracy`` (MLM family, PerLM with a
-    token head) or ``rtd_loss``/``auc`` (ELECTRA); ``score``, the higher the better (−loss, AUC);
-    and ``gates``: the objective's held-out gates (``unigram``: the corpus's unigram log-probabilities,
-    :func:`tasks.pretraining.heldout.corpus_unigram`) and the collapse gate on the encoder's token states,
-    as :class:`tasks.pretraining.gates.Gate`. PerLM predicting positions only has no held-out
-    measure: ``score`` is None and only the collapse gate is measured."""
-    gates, out = [], {"score": None}
-    if model.heldout == "rtd":
-        scores = evaluate_rtd(model.discriminator, model.generator, ids, offsets, **masks)
-        at = scores["tokens_measured"]
-        gates, measures = rtd_gates(at["losses"], at["scores"], at["targets"], at["rows"], scores["sample_match"])
-        out = {"rtd_loss": scores["rtd_loss"], "auc": measures["auc"], "score": measures["auc"]}
-    elif model.heldout == "mlm":
-        scores = evaluate_mlm(model.hf, ids, offsets, positions=True, **masks)
-        at = scores["positions"]
-        gates, _ = mlm_gates(at["losses"], at["correct"], at["labels"], at["rows"], unigram,
-                             inputs=at["inputs"] if masks.get("mac") is not None else None)
-        out = {"loss": scores["loss"], "accuracy": scores["accuracy"], "score": -scores["loss"]}
-    gates.append(collapse_gate(*token_state_sums(model.hf.base_model, ids, offsets, masks["device"])))
-    return {**out, "gates": gates}
+    """The held-out measure a setting is judged by (:func:`tasks.pretraining.heldout.measure_models`, as stage
+    ``curves`` measures a saved model): ``loss``/``accuracy`` (MLM family, Mac under its own corruption, PerLM
+    with a token head) or ``rtd_loss``/``auc`` (ELECTRA); ``score``, the higher the better (−loss, AUC); and
+    ``gates`` (records): the objective's held-out gates (``unigram``: the corpus's unigram log-probabilities,
+    :func:`tasks.pretraining.heldout.corpus_unigram`) and the collapse gate on the encoder's token states.
+    PerLM predicting positions only has no held-out measure: ``score`` is None, only the collapse gate."""
+    kind = measure_of(model.heldout, masks)
+    point = measure_models(kind, model.hf if kind else None, getattr(model, "generator", None), model.hf.base_model,
+                           ids, offsets, unigram, masks)
+    score = point["auc"] if kind == "rtd" else -point["loss"] if kind else None
+    return {**{k: point[k] for k in SWEPT_MEASURES.get(kind, ())}, "score": score, "gates": point["gates"]}
 
 
 def run_setting(make_model, data, cfg: Pretrain, fraction: float, *, seed: int, device: torch.device, checkpoint: Path,
@@ -75,9 +69,9 @@ def run_setting(make_model, data, cfg: Pretrain, fraction: float, *, seed: int, 
         return {"score": None, "diverged": str(diverged), "tokens": 0, "steps": 0, "wall_sec": 0.0, "gates": []}
     clear_checkpoint(checkpoint)  # its lock too
     measured = measure(model, *heldout, masks, unigram)
-    gates = measured.pop("gates") + training_gates(summary["rows"], data, short, sentence_task, model)
+    gates = training_gates(summary["rows"], data, short, sentence_task, model)
     return {**measured, "tokens": summary["tokens"], "steps": summary["steps"], "wall_sec": summary["wall_sec"],
-            "gates": [g.record() for g in gates]}
+            "gates": measured["gates"] + [g.record() for g in gates]}
 
 
 def choose(objective: str, results: dict[str, dict], learned_only: bool = True) -> str:

@@ -89,9 +89,9 @@ def gates_table(metrics: Path, objectives: list[str], seeds: list[int]) -> str |
         curves = [gate_curve(metrics, seeded(objective, s)) for s in seeds]
         if not all(curves):
             continue
-        ends = [load_metrics(metrics / "curves" / f"{seeded(objective, s)}.json", CurvesMetrics).points[-1]
-                for s in seeds]
-        sequences = min((p.sequences for p in ends if p.sequences is not None), default=None)
+        finals = [load_metrics(metrics / "curves" / f"{seeded(objective, s)}.json", CurvesMetrics).points[-1]
+                  for s in seeds]
+        sequences = min((p.sequences for p in finals if p.sequences is not None), default=None)
         for gate in curves[0][-1][1]:
             ends = [next(g for g in run[-1][1] if g.name == gate.name) for run in curves]
             values = np.array([np.nan if g.value is None else g.value for g in ends], dtype=float)
