@@ -51,9 +51,9 @@ import torch
 from tasks.core import paths
 from tasks.core.params import load_params
 from tasks.pretraining.modeling import PretrainingModel, bert_config, new_masked_lm, prepare_model
-from tasks.pretraining.examples import PretrainingExamples, objective_masker
+from tasks.pretraining.examples import PretrainingExamples
 from tasks.pretraining.pretrain import train
-from tasks.pretraining.masking import masking_config
+from tasks.pretraining.objectives import build
 from tasks.pretraining.pretraining_data import read_shards
 from tasks.pretraining.unpadded import unpad
 
@@ -98,9 +98,7 @@ def load_data(params, name: str, synthetic: bool, n_synthetic: int):
 
         tokenizer = AutoTokenizer.from_pretrained(paths.TOKENIZER)
         objective, seed = paths.procedure_of(name)
-        spec = params.objective(objective)
-        masking = masking_config(spec, params.pretraining_data)
-        masker = objective_masker(objective, spec, masking, seed, tokenizer, paths.LEXICON)
+        masker = build(params, objective).masker(seed, tokenizer, paths.LEXICON)
         data = PretrainingExamples.from_table(read_shards(folder), masker)
         return data, len(tokenizer), tokenizer.pad_token_id, f"pipeline data {folder} ({len(data):,} sequences)"
     why = "--synthetic" if synthetic else f"{folder} not found"

@@ -40,8 +40,7 @@ from tasks.core import paths
 from tasks.core.params import load_params
 from tasks.pretraining.examples import PretrainingExamples
 from tasks.pretraining.heldout import _masked_batches, corpus_unigram, evaluate_mlm, heldout_text
-from tasks.pretraining.masking import masking_config
-from tasks.pretraining.modeling import pretraining_model
+from tasks.pretraining.objectives import build
 from tasks.pretraining.pretrain import train
 from tasks.pretraining.pretraining_data import read_shards
 
@@ -108,8 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bias", type=float, default=4.0, help="logit bias of the fixed local heads")
     args = parser.parse_args(argv)
     params = load_params()
-    spec = params.objective("mlm")
-    masking = masking_config(spec, params.pretraining_data)
+    mlm = build(params, "mlm")
     tokenizer = AutoTokenizer.from_pretrained(paths.TOKENIZER)
     data = PretrainingExamples.from_table(read_shards(paths.PRETRAINING / "mlm-42"))
     ids, offsets = heldout_text(params.curves.heldout_task, tokenizer, params.pretraining_data.max_seq_length,
@@ -124,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     runs = {"bert_init": (old, None), "fixed_local_bias": (old, args.bias), "local_init": (params.model, None)}
     figures = {}
     for name, (size, bias) in runs.items():
-        model = pretraining_model(params.model_copy(update={"model": size}), spec, masking, tokenizer, 42)
+        model = mlm.model(params.model_copy(update={"model": size}), tokenizer, 42)
         with tempfile.TemporaryDirectory() as tmp, LocalBias(bias) if bias else nullcontext():
             summary = train.fn(model, data, cfg, seed=42, device=torch.device("cpu"), checkpoint=Path(tmp) / "c.pt",
                                fingerprint=name, log=lambda _: None)

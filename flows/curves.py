@@ -16,7 +16,8 @@ from tasks.core.metrics.base import write_metrics
 from tasks.core.metrics.pretraining import CurvesMetrics
 from tasks.core.params import load_params
 from tasks.core.stage import run_stage
-from tasks.pretraining.heldout import corpus_unigram, heldout_inputs, heldout_point, measure_of
+from tasks.pretraining.heldout import corpus_unigram, heldout_point, measure_of
+from tasks.pretraining.objectives import build
 from tasks.pretraining.saving import HEADS_INFO, SNAPSHOT_FILE
 from tasks.training.device import resolve_device
 
@@ -27,10 +28,10 @@ def curves(objective: str, seed: str) -> None:
     name, cfg = paths.seeded(objective, seed), params.curves
     model_dir = paths.model_dir(name)
     tokenizer = BertTokenizerFast.from_pretrained(model_dir)
-    ids, offsets, masks = heldout_inputs(params, objective, tokenizer,
-                                         resolve_device(params.pretrain.device, "pretrain.device"))
+    ids, offsets, masks = build(params, objective).heldout_inputs(
+        params, tokenizer, resolve_device(params.pretrain.device, "pretrain.device"))
     unigram = corpus_unigram(paths.TOKENS, len(tokenizer))
-    # MLM ([MASK]) or Mac (similar words), or ELECTRA's replaced-token detection; none for PerLM
+    # MLM ([MASK] or its objective's corruption: Mac, sound-alike) or ELECTRA's replaced-token detection; none for PerLM
     # predicting positions only (its MLM head is untrained)
     measure = measure_of(read_json(model_dir / HEADS_INFO)["heldout"], masks)
     points, predictions = [], None

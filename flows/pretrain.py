@@ -13,12 +13,11 @@ from tasks.core.metrics.base import write_metrics
 from tasks.core.metrics.pretraining import PretrainMetrics
 from tasks.core.params import load_params
 from tasks.pretraining.checkpoint import clear_checkpoint, pretrain_checkpoint
-from tasks.pretraining.examples import PretrainingExamples, objective_masker
-from tasks.pretraining.gates import training_gates
+from tasks.pretraining.examples import PretrainingExamples
 from tasks.pretraining.init_from import resolve_init_from
-from tasks.pretraining.masking import masking_config
-from tasks.pretraining.modeling import prepare_model, pretraining_model
-from tasks.pretraining.pretrain import run_facts, train, write_log
+from tasks.pretraining.modeling import prepare_model
+from tasks.pretraining.objectives import build
+from tasks.pretraining.pretrain import train, write_log
 from tasks.pretraining.pretraining_data import read_shards
 from tasks.pretraining.recipe import recipe
 from tasks.pretraining.saving import save_run, save_snapshot
@@ -28,25 +27,24 @@ from tasks.training.distributed import join_process_group, run_training_stage
 @flow(name="pretrain")
 def pretrain(objective: str, seed: str) -> None:
     params, seed = load_params(), int(seed)
-    spec, name = params.objective(objective), paths.seeded(objective, seed)
+    pretraining, name, logger = build(params, objective), paths.seeded(objective, seed), get_run_logger()
     cfg, chosen = recipe(params, objective, paths.RECIPES / f"{objective}.json")  # the sweep's choice
-    masking, logger = masking_config(spec, params.pretraining_data), get_run_logger()
     tokenizer = AutoTokenizer.from_pretrained(paths.TOKENIZER)
     data = PretrainingExamples.from_table(read_shards(paths.PRETRAINING / name),
-                                          objective_masker(objective, spec, masking, seed, tokenizer, paths.LEXICON))
+                                          pretraining.masker(seed, tokenizer, paths.LEXICON))
     init_folder = resolve_init_from(params.pretrain.init_from, params)  # None: random init
     ranks, device = join_process_group(cfg.device, "pretrain.device")  # a DDP rank under torchrun
-    model = prepare_model(pretraining_model(params, spec, masking, tokenizer, seed, init_folder), cfg, device)
-    checkpoint, fingerprint = pretrain_checkpoint(objective, seed, params, cfg, spec, masking, init_folder)
+    model = prepare_model(pretraining.model(params, tokenizer, seed, init_folder), cfg, device)
+    checkpoint, fingerprint = pretrain_checkpoint(pretraining, seed, params, cfg, init_folder)
     snapshots = checkpoint.parent / f"snapshots-{fingerprint[:16]}"  # a killed run's snapshots stay for its resume
-    facts = run_facts(model, spec, masking, cfg, device)
+    facts = pretraining.facts(model, cfg, device)
     logger.info(f"{name}: {len(data)} examples, {facts}, starting from {init_folder or 'random weights'}")
     summary = train(model, data, cfg, seed=seed, device=device, checkpoint=checkpoint, fingerprint=fingerprint,
                     log=logger.info, ranks=ranks, snapshot=partial(save_snapshot, model, tokenizer, snapshots),
-                    snapshots=tuple(cfg.snapshots), equal_flops=spec.budget == "mlm_flops")
+                    snapshots=tuple(cfg.snapshots), equal_flops=pretraining.equal_flops)
     if not ranks.is_main:  # rank 0 writes the outputs
         return
-    gates = training_gates(summary["rows"], data, cfg, spec.sentence_task, model)
+    gates = pretraining.gates(summary["rows"], data, cfg, model)
     summary.update(objective=objective, seed=seed, recipe=chosen, gates=[g.record() for g in gates], **facts)
     with atomic_outputs(paths.MODELS / name, paths.stage_metrics("pretrain", name),
                         paths.stage_metrics("pretrain", name, ".csv")) as (out, metrics, log_csv):

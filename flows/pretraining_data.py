@@ -19,7 +19,7 @@ from tasks.core.rng import named_rng
 from tasks.core.stage import run_stage
 from tasks.corpus.similar_words import similar_words_from_table
 from tasks.corpus.tokenize import random_token_ids
-from tasks.pretraining.masking import masking_config
+from tasks.pretraining.objectives import build
 from tasks.pretraining.packing import pack_corpus
 from tasks.pretraining.pairing import sentence_pairs
 from tasks.pretraining.pretraining_data import write_shards
@@ -28,9 +28,10 @@ from tasks.pretraining.pretraining_data import write_shards
 @flow(name="pretraining_data")
 def pretraining_data(objective: str, seed: str) -> None:
     params, seed = load_params(), int(seed)
-    spec, cfg, name = params.objective(objective), params.pretraining_data, paths.seeded(objective, seed)
-    masking, tokenizer = masking_config(spec, cfg), BertTokenizerFast.from_pretrained(paths.TOKENIZER)
-    lexicon = pq.read_table(paths.LEXICON) if masking.similar else None
+    pretraining, cfg, name = build(params, objective), params.pretraining_data, paths.seeded(objective, seed)
+    tokenizer = BertTokenizerFast.from_pretrained(paths.TOKENIZER)
+    masking, sentence_task = pretraining.masking(tokenizer), pretraining.sentence_task
+    lexicon = pq.read_table(paths.LEXICON) if pretraining.needs_lexicon else None
     stats = {"objective": objective, "seed": seed}
     paths.PRETRAINING.mkdir(parents=True, exist_ok=True)
     remove_orphans(paths.PRETRAINING, f".{name}.packed-")  # a killed run's scratch folder
@@ -38,16 +39,16 @@ def pretraining_data(objective: str, seed: str) -> None:
     with atomic_outputs(paths.PRETRAINING / name, paths.stage_metrics("pretraining_data", name)) as (out, metrics), \
             tempfile.TemporaryDirectory(prefix=f".{name}.packed-{process_tag()}-", dir=paths.PRETRAINING) as scratch:
         packed = pack_corpus(paths.TOKENS, Path(scratch) / "packed", cfg.max_seq_length, tokenizer.cls_token_id,
-                             tokenizer.sep_token_id, reserve=1 if spec.sentence_task else 0,
+                             tokenizer.sep_token_id, reserve=1 if sentence_task else 0,
                              cross_documents=cfg.packing == "full_sentences",
                              words=paths.SEGMENTED if lexicon is not None else None, lexicon=lexicon)
-        if spec.sentence_task:
-            packed, pair_stats = sentence_pairs(packed, spec.sentence_task, named_rng(seed, f"{objective}/pairs"),
+        if sentence_task:
+            packed, pair_stats = sentence_pairs(packed, sentence_task, named_rng(seed, f"{objective}/pairs"),
                                                 tokenizer.cls_token_id, tokenizer.sep_token_id,
                                                 out=Path(scratch) / "pairs")
-            stats.update(sentence_task=spec.sentence_task, **pair_stats)
+            stats.update(sentence_task=sentence_task, **pair_stats)
         stats.update(write_shards(
-            packed, masking, out, objective=objective, seed=seed, dynamic=spec.dynamic,
+            packed, masking, out, objective=objective, seed=seed, dynamic=pretraining.spec.dynamic,
             dupe_factor=cfg.dupe_factor, shard_size=cfg.shard_size, mask_token_id=tokenizer.mask_token_id,
             random_token_ids=random_token_ids(tokenizer), executor=params.executor,
             similar=similar_words_from_table(lexicon) if lexicon is not None else None))

@@ -16,11 +16,10 @@ from tasks.core.metrics.pretraining import SweepMetrics
 from tasks.core.params import load_params
 from tasks.core.stage import run_stage
 from tasks.pretraining.checkpoint import sweep_checkpoint
-from tasks.pretraining.examples import PretrainingExamples, objective_masker
-from tasks.pretraining.heldout import corpus_unigram, heldout_inputs
+from tasks.pretraining.examples import PretrainingExamples
+from tasks.pretraining.heldout import corpus_unigram
 from tasks.pretraining.init_from import resolve_init_from
-from tasks.pretraining.masking import masking_config
-from tasks.pretraining.modeling import pretraining_model
+from tasks.pretraining.objectives import build
 from tasks.pretraining.pretraining_data import read_shards
 from tasks.pretraining.recipe import write_choice
 from tasks.pretraining.sweep import choose, run_setting
@@ -30,25 +29,24 @@ from tasks.training.device import resolve_device
 @flow(name="sweep")
 def sweep(objective: str) -> None:
     params, logger, t0 = load_params(), get_run_logger(), time.perf_counter()
-    spec, seed, cfg = params.objective(objective), params.sweep.seed, params.sweep
+    pretraining, seed, cfg = build(params, objective), params.sweep.seed, params.sweep
     if not cfg.settings:  # no search: the recipe is params' own (objectives.<name>.pretrain over pretrain)
         logger.info(f"sweep {objective}: no sweep.settings, pretrain trains with params' own recipe")
         return _write(objective, params, "params", {}, {}, t0)
-    masking, tokenizer = masking_config(spec, params.pretraining_data), AutoTokenizer.from_pretrained(paths.TOKENIZER)
+    tokenizer = AutoTokenizer.from_pretrained(paths.TOKENIZER)
     data = PretrainingExamples.from_table(read_shards(paths.PRETRAINING / paths.seeded(objective, seed)),
-                                          objective_masker(objective, spec, masking, seed, tokenizer, paths.LEXICON))
+                                          pretraining.masker(seed, tokenizer, paths.LEXICON))
     init_folder = resolve_init_from(params.pretrain.init_from, params)  # as pretrain starts: None is random init
     device = resolve_device(params.pretrain.device, "pretrain.device")
-    ids, offsets, masks = heldout_inputs(params, objective, tokenizer, device, split="dev")
+    ids, offsets, masks = pretraining.heldout_inputs(params, tokenizer, device, split="dev")
     unigram, results = corpus_unigram(paths.TOKENS, len(tokenizer)), {}
     for setting, overrides in cfg.settings.items():
         recipe = params.pretrain_for(objective, overrides)
-        checkpoint, fingerprint = sweep_checkpoint(objective, setting, params, recipe, spec, init_folder)
+        checkpoint, fingerprint = sweep_checkpoint(objective, setting, params, recipe, pretraining.spec, init_folder)
         results[setting] = run_setting(
-            partial(pretraining_model, params, spec, masking, tokenizer, seed, init_folder), data, recipe, cfg.fraction,
-            seed=seed, device=device, checkpoint=checkpoint, fingerprint=fingerprint,
-            equal_flops=spec.budget == "mlm_flops", heldout=(ids, offsets), masks=masks, unigram=unigram,
-            sentence_task=spec.sentence_task, log=logger.info)
+            pretraining, partial(pretraining.model, params, tokenizer, seed, init_folder), data, recipe, cfg.fraction,
+            seed=seed, device=device, checkpoint=checkpoint, fingerprint=fingerprint, heldout=(ids, offsets),
+            masks=masks, unigram=unigram, log=logger.info)
         logger.info(f"sweep {objective}, {setting} {overrides}: {results[setting]}")
     chosen = choose(objective, results, cfg.learned_only)
     logger.info(f"sweep {objective}: {chosen} chosen")

@@ -9,8 +9,8 @@ import torch
 
 from tasks.core.params import ModelSize
 from tasks.pretraining.examples import PretrainingExamples
-from tasks.pretraining.gates import (AUC_FLOOR, Gate, binary_entropy, clustered_mean, collapse_gate, log_gates,
-                                     mlm_gates, perlm_trivial_rate, proportion_gate, roc_auc, rtd_gates,
+from tasks.pretraining.gates import (AUC_FLOOR, Gate, binary_entropy, clustered_mean, collapse_gate, mlm_gates,
+                                     perlm_trivial_rate, proportion_gate, roc_auc, rtd_gates, training_log_gate,
                                      unigram_log_probs)
 from tasks.pretraining.heldout import evaluate_mlm, token_state_sums
 from tasks.pretraining.modeling import PretrainingModel, bert_config, new_masked_lm
@@ -62,15 +62,15 @@ def test_collapse_gate_tells_one_direction_from_many():
     assert abs(collapse_gate(spread, counts).value) < 0.1 and collapse_gate(spread, counts).passed
 
 
-def test_proportion_and_log_gates():
+def test_proportion_and_training_log_gates():
     assert proportion_gate("x", 600, 1000, 0.5).passed and not proportion_gate("x", 510, 1000, 0.5).passed
     rows = [{"sentence_accuracy": 0.5, "token_accuracy": 0.2}] * 9 + [{"sentence_accuracy": 0.9,
                                                                      "token_accuracy": 0.4}]
-    sop, perlm = log_gates(rows, sequences_per_row=160, predictions_per_row=2000, sentence_task="sop",
-                           perlm_trivial=0.1)
+    sop = training_log_gate(rows, "sentence_accuracy", 160, "SOP accuracy above chance", 0.5)
+    perlm = training_log_gate(rows, "token_accuracy", 2000, "PerLM accuracy above its trivial rate", 0.1)
     assert sop.name.startswith("SOP") and sop.value == pytest.approx(0.9) and sop.passed  # the last tenth only
     assert perlm.value == pytest.approx(0.4) and perlm.passed
-    assert not log_gates(rows[:9], 160, 2000, "nsp", None)[0].passed
+    assert not training_log_gate(rows[:9], "sentence_accuracy", 160, "NSP accuracy above chance", 0.5).passed
 
 
 def test_perlm_trivial_rate_counts_the_tokens_that_stay():

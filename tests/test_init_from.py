@@ -17,11 +17,11 @@ from tasks.core.errors import ParamsError, SourceError
 from tasks.core.params import ModelSize, load_params
 from tasks.corpus.tokenize import load_vocab_tokenizer
 from tasks.pretraining.init_from import init_masked_lm, resolve_init_from
-from tasks.pretraining.modeling import PretrainingModel, prepare_model, pretraining_model
+from tasks.pretraining.modeling import PretrainingModel, prepare_model
 from tasks.pretraining.checkpoint import pretrain_checkpoint
 from tasks.pretraining.examples import PretrainingExamples
 from tasks.pretraining.pretrain import train
-from tasks.pretraining.masking import masking_config
+from tasks.pretraining.objectives import build
 from tasks.training.optim import optimizer_for
 from tests.conftest import DATA, ROOT
 
@@ -120,8 +120,7 @@ def tiny_data(vocab_size, n=24, seed=0):
 def test_continues_from_a_masked_lm_checkpoint(checkpoints, tokenizer, tmp_path):
     folder, saved = checkpoints["mlm"]
     params = load_params(ROOT / "params.yaml")
-    spec = params.objective("mlm")
-    model = pretraining_model(params, spec, masking_config(spec, params.pretraining_data), tokenizer, 42, folder)
+    model = build(params, "mlm").model(params, tokenizer, 42, folder)
     assert model.mlm.config.hidden_size == 32  # the checkpoint's size, not the preset's 128
     start = {k: v.clone() for k, v in model.mlm.state_dict().items()}
     for name, value in saved.state_dict().items():
@@ -214,15 +213,14 @@ def test_resolve_init_from_names(checkpoints, tmp_path, monkeypatch, raw):
 def test_fingerprint_covers_the_init_from_weights(checkpoints, tmp_path, monkeypatch, tokenizer):
     monkeypatch.chdir(tmp_path)  # no pipeline data here: only the init folder differs
     params = load_params(ROOT / "params.yaml")
-    spec = params.objective("mlm")
-    masking = masking_config(spec, params.pretraining_data)
+    mlm = build(params, "mlm")
     folder = tmp_path / "init"
     BertForMaskedLM(bert_config(tokenizer)).save_pretrained(folder)
-    _, none = pretrain_checkpoint("mlm", 42, params, params.pretrain, spec, masking)
-    _, first = pretrain_checkpoint("mlm", 42, params, params.pretrain, spec, masking, folder)
+    _, none = pretrain_checkpoint(mlm, 42, params, params.pretrain)
+    _, first = pretrain_checkpoint(mlm, 42, params, params.pretrain, folder)
     torch.manual_seed(5)
     BertForMaskedLM(bert_config(tokenizer)).save_pretrained(folder)  # same names, other weights
-    _, second = pretrain_checkpoint("mlm", 42, params, params.pretrain, spec, masking, folder)
+    _, second = pretrain_checkpoint(mlm, 42, params, params.pretrain, folder)
     assert len({none, first, second}) == 3
 
 
@@ -298,14 +296,13 @@ def m3e_small(tmp_path_factory) -> Path:
 @pytest.mark.slow
 def test_continue_pretraining_the_packaged_m3e_small(tmp_path_factory, tmp_path):
     """pretrain.init_from continues a packaged checkpoint: m3e-small (no MLM head) with its own
-    vocabulary as models/tokenizer, through pretraining_model, prepare_model and train."""
+    vocabulary as models/tokenizer, through the objective's model, prepare_model and train."""
     from tasks.core.model_dir import load_tokenizer
 
     folder = m3e_small(tmp_path_factory)
     tokenizer = load_tokenizer(folder)
     params = load_params(ROOT / "params.yaml")
-    spec = params.objective("mlm")
-    model = pretraining_model(params, spec, masking_config(spec, params.pretraining_data), tokenizer, 42, folder)
+    model = build(params, "mlm").model(params, tokenizer, 42, folder)
     assert model.mlm.config.num_hidden_layers == 4 and model.mlm.config.hidden_size == 512
     cfg = params.pretrain.model_copy(update=dict(token_budget=600, batch_size=4, log_every=2, checkpoint_every=100,
                                                  device="cpu"))

@@ -177,19 +177,6 @@ def test_same_seed_same_masks(batch):
     assert (a.chosen != c.chosen).any()
 
 
-def test_config_rejects_bad_values():
-    with pytest.raises(ValueError, match="unknown masking scheme"):
-        MaskingConfig(scheme="spam")
-    with pytest.raises(ValueError):
-        MaskingConfig(mask=0.95, random=0.1)
-    with pytest.raises(ValueError, match="ngram_probs must be non-negative and sum to 1"):
-        MaskingConfig(scheme="ngram", ngram_probs=(0.5, 0.3, 0.3))
-    with pytest.raises(ValueError, match="PerLM predicts positions"):
-        MaskingConfig(scheme="ngram", mask=0.5, random=0, permute=0.4)
-    with pytest.raises(ValueError, match="needs word units"):
-        MaskingConfig(scheme="mlm", mask=0, random=0.1, similar=0.8)
-
-
 # --------------------------------------------------------------------------- N-gram masking
 
 

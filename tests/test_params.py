@@ -5,6 +5,7 @@ import yaml
 
 from tasks.core.errors import ParamsError
 from tasks.core.params import load_params
+from tests.conftest import ROOT
 
 
 @pytest.fixture
@@ -44,8 +45,8 @@ def test_unknown_objective_name():
 
 def test_replacement_must_sum_to_one(tmp_path, raw):
     raw["objectives"]["mac"]["replacement"] = {"similar": 0.8, "random": 0.2, "keep": 0.1}
-    with pytest.raises(ParamsError, match=r"objectives.mac.replacement: mask \+ random \+ similar \+ permute \+ keep "
-                                          r"must sum to 1, got 1.1"):
+    with pytest.raises(ParamsError, match=r"objectives.mac.replacement: mask \+ random \+ similar \+ permute "
+                                          r"\+ sound \+ keep must sum to 1, got 1.1"):
         load_params(write(tmp_path, raw))
 
 
@@ -58,7 +59,7 @@ def test_ngram_probabilities_must_sum_to_one(tmp_path, raw):
 
 @pytest.mark.parametrize("objective, message", [
     ({"masking": "ngram", "replacement": {"permute": 0.5, "mask": 0.4, "keep": 0.1}},
-     "permute \\(PerLM\\) predicts positions and cannot be mixed with mask, random or similar"),
+     "permute \\(PerLM\\) predicts positions and cannot be mixed with mask, random, similar or sound"),
     ({"masking": "mlm", "replacement": {"similar": 0.8, "random": 0.1, "keep": 0.1}},
      "replacement.similar \\(Mac\\) replaces whole words one by one: use masking wwm or ngram"),
     ({"masking": "wwm", "sentence_task": "nxp"}, "unknown sentence task 'nxp'; known: nsp, sop"),
@@ -69,6 +70,8 @@ def test_ngram_probabilities_must_sum_to_one(tmp_path, raw):
     ({"masking": "ngram", "replacement": {"permute": 0.9, "keep": 0.1}, "dynamic": True,
       "permutation": {"granularity": "sentence"}}, "granularity sentence needs the sentence starts"),
     ({"masking": "ngram", "replacement": {"permute": 0.9, "keep": 0.1}, "rtd": {}},
+     "rtd \\(ELECTRA\\): its generator is an MLM"),
+    ({"masking": "mlm", "replacement": {"sound": 0.8, "random": 0.1, "keep": 0.1}, "rtd": {}},
      "rtd \\(ELECTRA\\): its generator is an MLM"),
     ({"masking": "wwm", "replacement": {"mask": 0.85, "keep": 0.15}, "budget": "flops"},
      "budget: Input should be 'tokens' or 'mlm_flops'"),
@@ -143,7 +146,7 @@ def test_a_published_models_recipe_overrides_the_task_and_finetune(tmp_path, raw
 # setting). Every other field with a code default must be written in params.yaml, where
 # DVC tracks it per key and `dvc exp run -S` can change it.
 ABSENT_MEANS_OFF = {"file", "text_field", "hub_id", "source", "files", "optional", "dynamic", "sentence_task",
-                    "mask", "random", "similar", "permute", "keep", "columns", "glue_task", "labels", "queries",
+                    "mask", "random", "similar", "permute", "sound", "keep", "columns", "glue_task", "labels", "queries",
                     "training", "user_dict", "path", "limit", "dev", "test", "licence",
                     # objective options: absent is plain MLM-style training (no SBO, no RTD, a token budget)
                     # and PERT's own PerLM (no limit, local, partial)
@@ -201,7 +204,6 @@ def test_readme_cmrc2018_example_is_valid_and_leaves_room_for_context(tmp_path, 
     doc_stride + max_query_length + 3 special tokens < max_seq_length <= the pretrained positions."""
     import re
 
-    from tests.conftest import ROOT
     block = re.search(r"```yaml\n(sources:\n  cmrc2018:.*?)```", (ROOT / "docs" / "data.md").read_text(), re.S).group(1)
     example = yaml.safe_load(block)
     raw["sources"].update(example["sources"])
@@ -246,3 +248,19 @@ def test_a_baseline_is_fine_tuned_on_its_baseline_tasks_only(tmp_path, raw):
     raw["ablation"]["models"] = ["albert_tiny"]  # ablation.task: msra_mrc
     with pytest.raises(ParamsError, match=r"ablation.models: 'albert_tiny' is not fine-tuned on 'msra_mrc'"):
         load_params(write(tmp_path, raw))
+
+
+def test_every_knob_is_documented_in_the_schema_and_the_reference_is_generated_from_it(monkeypatch):
+    """One place per knob: its meaning is its field's description (a section's, its model's docstring), and
+    docs/params.md is generated from them (python -m tasks.core.params.reference)."""
+    from tasks.core.params import Params
+    from tasks.core.params.reference import _doc, _models, _paths, main
+
+    found = {}
+    _paths("", Params, found)
+    undocumented = [f"{model.__name__}.{name}" for model in found for name, field in model.model_fields.items()
+                    if not field.description and not (len(_models(field.annotation)) == 1
+                                                       and _doc(_models(field.annotation)[0]))]
+    assert undocumented == []
+    monkeypatch.chdir(ROOT)
+    assert main(["--check"]) == 0, "docs/params.md is out of date: python -m tasks.core.params.reference"

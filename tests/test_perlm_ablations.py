@@ -19,7 +19,7 @@ EVERYTHING = WORDS >= 0
 
 
 def permuted(granularity, groups, seed):
-    cfg = MaskingConfig(scheme="wwm", mask=0, random=0, permute=1.0, keep=0.0, granularity=granularity)
+    cfg = MaskingConfig(scheme="wwm", mask=0, random=0, permute=1.0, granularity=granularity)
     return corrupt(IDS, EVERYTHING, WORDS, cfg, np.random.default_rng(seed), mask_token_id=MASK,
                    random_token_ids=RANDOM_IDS, groups=groups)
 
@@ -43,7 +43,7 @@ def test_permuted_tokens_stay_within_their_block(granularity, groups, blocks):
 
 def test_ngram_granularity_keeps_tokens_within_their_masked_span():
     ids, words = synthetic_batch(n=300, seed=5)
-    cfg = MaskingConfig(scheme="ngram", mask=0, random=0, permute=1.0, keep=0.0, granularity="ngram")
+    cfg = MaskingConfig(scheme="ngram", mask=0, random=0, permute=1.0, granularity="ngram")
     out = mask_batch(ids, words, cfg, np.random.default_rng(1), mask_token_id=MASK, random_token_ids=RANDOM_IDS)
     from tasks.pretraining.selection import prediction_budget, select_ngrams
 
@@ -55,7 +55,7 @@ def test_ngram_granularity_keeps_tokens_within_their_masked_span():
 
 
 def test_sentence_granularity_needs_the_sentence_ids():
-    cfg = MaskingConfig(scheme="wwm", mask=0, random=0, permute=1.0, keep=0.0, granularity="sentence")
+    cfg = MaskingConfig(scheme="wwm", mask=0, random=0, permute=1.0, granularity="sentence")
     with pytest.raises(ValueError, match="sentence ids"):
         mask_batch(IDS, WORDS, cfg, np.random.default_rng(0), mask_token_id=MASK, random_token_ids=RANDOM_IDS)
 

@@ -627,16 +627,20 @@ def test_more_pretraining_threads_than_cores_is_a_warning(monkeypatch):
 def test_a_sweep_setting_leaves_no_checkpoint_or_lock_and_records_its_gates(tmp_path):
     """Every sweep left checkpoints/sweep/<objective>/<setting>.pt.lock behind."""
     from tasks.pretraining.gates import unigram_log_probs
+    from tasks.core.params import load_params
+    from tasks.pretraining.objectives import build
     from tasks.pretraining.sweep import run_setting
+    from tests.conftest import ROOT
     rng = np.random.default_rng(0)
     offsets = np.concatenate([[0], np.cumsum(rng.integers(8, 20, 30))])
     ids = rng.integers(5, 60, offsets[-1])
     masks = dict(lang="dev", seed=1, mask_token_id=3, masked_lm_prob=0.15, max_predictions=5,
                  device=torch.device("cpu"))
     folder = tmp_path / "checkpoints" / "sweep" / "mlm"
-    result = run_setting(tiny_model, tiny_data(), cfg(), 0.5, seed=1, device=torch.device("cpu"),
-                         checkpoint=folder / "lr1e-3.pt", fingerprint="f", equal_flops=False, heldout=(ids, offsets),
-                         masks=masks, unigram=unigram_log_probs(np.bincount(ids, minlength=60)), log=lambda _: None)
+    mlm = build(load_params(ROOT / "params.yaml"), "mlm")
+    result = run_setting(mlm, tiny_model, tiny_data(), cfg(), 0.5, seed=1, device=torch.device("cpu"),
+                         checkpoint=folder / "lr1e-3.pt", fingerprint="f", heldout=(ids, offsets), masks=masks,
+                         unigram=unigram_log_probs(np.bincount(ids, minlength=60)), log=lambda _: None)
     assert not folder.exists()
     assert [g["name"] for g in result["gates"]] == ["accuracy above the top token's",
                                                     "loss 0.1 nats below the unigram loss",

@@ -30,7 +30,8 @@ from tasks.report.finetune import as_fractions, finetune_results, finetune_secti
 from tasks.report.html import to_html
 from tasks.report.interpretability import interpretability_section
 from tasks.report.multilingual import multilingual_section
-from tasks.report.pretraining import describe_objective, pretraining_section, recipes_table, sweeps_table
+from tasks.pretraining.objectives import describe
+from tasks.report.pretraining import pretraining_section, recipes_table, sweeps_table
 from tasks.report.report import Inputs, build_report
 from tasks.report.runtime import runtime_section, stage_of
 from tasks.report.simulation import Design
@@ -228,11 +229,11 @@ def test_a_mac_curve_is_marked_and_kept_off_the_mlm_plot(tmp_path, monkeypatch):
 
 def test_objective_description():
     bert = {"mask": 0.8, "random": 0.1, "keep": 0.1}
-    assert describe_objective(Objective(masking="wwm", replacement=bert)) == \
+    assert describe(Objective(masking="wwm", replacement=bert)) == \
         "wwm; mask 80 / random 10 / keep 10; static"
-    assert describe_objective(Objective(masking="ngram", replacement={"similar": 0.8, "random": 0.1, "keep": 0.1})) \
+    assert describe(Objective(masking="ngram", replacement={"similar": 0.8, "random": 0.1, "keep": 0.1})) \
         == "ngram; similar 80 / random 10 / keep 10; static"
-    assert describe_objective(Objective(masking="ngram", replacement={"permute": 0.9, "keep": 0.1}, sentence_task="sop",
+    assert describe(Objective(masking="ngram", replacement={"permute": 0.9, "keep": 0.1}, sentence_task="sop",
                                         dynamic=True)) == "ngram; permute 90 / keep 10; + SOP; dynamic"
 
 
@@ -288,7 +289,7 @@ def test_every_section_template_renders_from_metrics(params, tmp_path):
         assert not re.search(r"{[{%#]", md), name  # no template syntax left over
     assert sections["corpus.md.j2"].startswith("| language | documents | sentences | characters |")
     assert "\n\nTokenizer: " in sections["corpus.md.j2"] and "\n\nDropped: " in sections["corpus.md.j2"]
-    assert f"| {params.compare[0]}-42 | {describe_objective(params.objective(params.compare[0]))} |" in \
+    assert f"| {params.compare[0]}-42 | {describe(params.objective(params.compare[0]))} |" in \
         sections["pretraining.md.j2"]
     assert "| pretraining beats random init | BERT (Devlin et al. 2019) | sentiment | +" in sections["findings.md.j2"]
     assert "| sentiment | n/a (one seed) | " in sections["comparison.md.j2"]  # the committed run: one pretraining seed

@@ -14,7 +14,7 @@ from tasks.pretraining.packing import cut_points, pack_documents
 from tasks.pretraining.selection import prediction_budget, select_spans
 from tests.test_masking import MASK, RANDOM_IDS, synthetic_batch
 
-SPAN = MaskingConfig(scheme="span", mask=0.8, random=0.1, keep=0.1)
+SPAN = MaskingConfig(scheme="span", mask=0.8, random=0.1)
 
 
 def test_the_clipped_geometric_law():

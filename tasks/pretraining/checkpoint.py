@@ -24,7 +24,6 @@ from pydantic import BaseModel
 from tasks.core import paths
 from tasks.core.errors import PipelineError, disk_full
 from tasks.core.io import sha256_tree
-from tasks.pretraining.masking import MaskingConfig
 
 
 def checkpoint_fingerprint(*parts, data: Iterable[Path] = ()) -> str:
@@ -48,19 +47,19 @@ def world_size(distributed) -> int:
     return distributed.nproc_per_node * distributed.nnodes
 
 
-def pretrain_checkpoint(objective: str, seed: int, params, cfg, spec, masking: MaskingConfig,
-                        init_folder: Path | None = None) -> tuple[Path, str]:
+def pretrain_checkpoint(objective, seed: int, params, cfg, init_folder: Path | None = None) -> tuple[Path, str]:
     """The rolling checkpoint file of ``pretrain@<objective>-<seed>`` and its fingerprint: a
     checkpoint is reused only by a run with the same params and inputs (the other pretraining seeds
     aside; the masking params, ``pretraining_data``, act at batch time under dynamic masking; the
     processes and accumulation steps change the float rounding; ``init_folder``, the
     ``pretrain.init_from`` checkpoint, is hashed file by file, since DVC does not track it; ``cfg``:
-    the objective's recipe, :func:`tasks.pretraining.recipe.recipe`)."""
-    lexicon = [paths.LEXICON] if spec.dynamic and masking.similar else []
+    the objective's recipe, :func:`tasks.pretraining.recipe.recipe`; ``objective``: the built
+    :class:`tasks.pretraining.objectives.PretrainingObjective`)."""
+    lexicon = [paths.LEXICON] if objective.spec.dynamic and objective.needs_lexicon else []
     init = [init_folder] if init_folder is not None else []
-    name = paths.seeded(objective, seed)
+    name = paths.seeded(objective.name, seed)
     fingerprint = checkpoint_fingerprint(
-        "pretrain", objective, params.model, cfg.model_dump(mode="json", exclude={"seeds"}), spec,
+        "pretrain", objective.name, params.model, cfg.model_dump(mode="json", exclude={"seeds"}), objective.spec,
         params.pretraining_data, seed, world_size(params.distributed),
         data=[paths.PRETRAINING / name, paths.TOKENIZER] + lexicon + init)
     return paths.CHECKPOINTS / "pretrain" / name / "last.pt", fingerprint

@@ -8,17 +8,14 @@ Shard columns: :mod:`tasks.pretraining.pretraining_data`; the loop that reads th
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 import torch
 
 from tasks.core.errors import SourceError
 from tasks.core.rng import named_rng
-from tasks.corpus.similar_words import SimilarWords, similar_words_from_table
-from tasks.corpus.tokenize import random_token_ids
+from tasks.corpus.similar_words import SimilarWords
 from tasks.pretraining.masking import MaskingConfig, mask_batch
 from tasks.pretraining.selection import prediction_budget
 from tasks.training.batching import RaggedTake, pad_batch, ragged
@@ -177,16 +174,6 @@ class PretrainingExamples:
             out["token_type_ids"] = valid & (np.arange(ids.shape[1])[None, :] >= b[:, None])
             out["sentence_labels"] = self.sentence_labels[index]
         return {k: torch.from_numpy(np.asarray(v).astype(np.int64)) for k, v in out.items()}
-
-
-def objective_masker(objective: str, spec, masking: MaskingConfig, seed: int, tokenizer,
-                     lexicon: Path) -> DynamicMasker | None:
-    """The batch-time masker of a dynamic objective (with the similar words of ``lexicon``
-    when its scheme replaces words by similar ones); None under static masking."""
-    if not spec.dynamic:
-        return None
-    similar = similar_words_from_table(pq.read_table(lexicon)) if masking.similar else None
-    return DynamicMasker(masking, seed, objective, tokenizer.mask_token_id, random_token_ids(tokenizer), similar)
 
 
 def micro_batches(data: PretrainingExamples, index: np.ndarray, step: int, ranks: Ranks,

@@ -224,36 +224,13 @@ def perlm_trivial_rate(positions: np.ndarray, labels: np.ndarray, tokens: int, f
     return (stay + tokens - len(positions)) / tokens if full_targets else stay / max(len(positions), 1)
 
 
-def log_gates(rows: list[dict], sequences_per_row: float, predictions_per_row: float, sentence_task: str | None,
-              perlm_trivial: float | None) -> list[Gate]:
-    """Gates from the last tenth of a pretraining log (``metrics/pretrain/<name>.csv`` rows, each the
-    mean over ``sequences_per_row`` sequences and ``predictions_per_row`` token predictions): NSP/SOP
-    accuracy above 50%, and PerLM's position accuracy above ``perlm_trivial``
-    (:func:`perlm_trivial_rate`; None: not PerLM). Training accuracy, not held-out: these heads have
-    no held-out measure, and the log's last tenth is the model as it ends."""
+def training_log_gate(rows: list[dict], column: str, per_row: float, name: str, threshold: float) -> Gate:
+    """A proportion gate from the last tenth of a pretraining log (``metrics/pretrain/<name>.csv`` rows,
+    whose ``column`` is the mean accuracy over ``per_row`` predictions: sequences for NSP/SOP, token
+    predictions for PerLM) against ``threshold`` (chance, PerLM's trivial rate: :func:`perlm_trivial_rate`).
+    Training accuracy, not held-out: these heads have no held-out measure, and the log's last tenth is
+    the model as it ends."""
     tail = rows[-max(1, len(rows) // 10):]
-    gates = []
-    if sentence_task:
-        seen = sequences_per_row * len(tail)
-        correct = sum(float(r["sentence_accuracy"]) for r in tail) / len(tail) * seen
-        gates.append(proportion_gate(f"{sentence_task.upper()} accuracy above chance", correct, seen, 0.5))
-    if perlm_trivial is not None:
-        seen = predictions_per_row * len(tail)
-        correct = sum(float(r["token_accuracy"]) for r in tail) / len(tail) * seen
-        gates.append(proportion_gate("PerLM accuracy above its trivial rate", correct, seen, perlm_trivial))
-    return gates
-
-
-def training_gates(rows: list[dict], data, cfg, sentence_task: str | None, model) -> list[Gate]:
-    """:func:`log_gates` of a pretraining run: ``rows`` its log, ``data`` its
-    :class:`tasks.pretraining.examples.PretrainingExamples` (PerLM's trivial rate needs static data;
-    dynamic PerLM gets no PerLM gate), ``cfg`` its recipe (``batch_size``, ``log_every``), ``model``
-    its pretraining model (``predicts_positions``: PerLM; ``full_targets``)."""
-    sequences = cfg.batch_size * cfg.log_every
-    full = model.full_targets
-    per_sequence = float(data.lengths.mean()) if full else float(data.predictions.mean())
-    trivial = None
-    if model.predicts_positions and data.masker is None:
-        trivial = perlm_trivial_rate(np.concatenate(data.positions), np.concatenate(data.labels),
-                                     int(data.lengths.sum()), full)
-    return log_gates(rows, sequences, sequences * per_sequence, sentence_task, trivial)
+    seen = per_row * len(tail)
+    correct = sum(float(r[column]) for r in tail) / len(tail) * seen
+    return proportion_gate(name, correct, seen, threshold)

@@ -14,11 +14,14 @@ pretraining data does: jieba words of the text (stage ``segment``'s settings), w
 N-grams of them chosen, and every chosen word replaced by a similar word of the same token length
 (a random word where it has none), the same for every Mac model (:class:`MacCorruption`); a model
 that copies its input is then a trivial solution beside the top token
-(:func:`tasks.pretraining.gates.mlm_gates`).
+(:func:`tasks.pretraining.gates.mlm_gates`). A substitution objective (``sound``: sound-alike
+characters, :mod:`tasks.pretraining.objectives.sound_alike`) is measured the same way: every chosen
+token of the held-out text becomes one of its candidates.
 
 The multilingual stages measure each language's held-out documents with the MLM measure
 (:mod:`tasks.multilingual.continue_pretrain`); the score-for-compute curves measure every
-pretrained model and its snapshots (:func:`heldout_inputs`, stage ``curves``), the cheap measure
+pretrained model and its snapshots (stage ``curves``; the inputs: ``heldout_inputs`` of
+:class:`tasks.pretraining.objectives.PretrainingObjective`), the cheap measure
 beside fine-tuning.
 """
 
@@ -43,10 +46,12 @@ from tasks.corpus.segment import segment_shard
 from tasks.corpus.similar_words import SimilarWords, lexicon_ids, similar_words_from_table
 from tasks.corpus.tokenize import random_token_ids, tokenize_words
 from tasks.pretraining.gates import collapse_gate, mlm_gates, rtd_gates, unigram_log_probs
-from tasks.pretraining.masking import MaskingConfig, mask_batch
+from tasks.pretraining.masking import MaskingConfig, Substitution, mask_batch
 from tasks.pretraining.electra import GENERATOR_DIR, replace_tokens
 from tasks.pretraining.packing import pack_documents
 from tasks.training.batching import pad_batch
+
+MLM_MEASURES = ("mlm", "mac", "sound")  # a masked LM's, under [MASK] or its objective's corruption
 
 
 def pack_by_language(tokenizer: PreTrainedTokenizerBase, langs: list[str], texts: list[str],
@@ -112,19 +117,24 @@ class MacCorruption:
 
 def _masked_batches(ids: np.ndarray, offsets: np.ndarray, lang: str, seed: int, mask_token_id: int,
                     masked_lm_prob: float, max_predictions: int, batch_size: int, device: torch.device,
-                    mac: MacCorruption | None = None):
+                    mac: MacCorruption | None = None, substitution: tuple[Substitution, np.ndarray] | None = None):
     """The held-out sequences in batches, corrupted the same way for every model: ``(input_ids,
     attention_mask, rows, cols, labels, inputs)`` tensors on ``device`` (``inputs``: the corrupted
     token at each chosen position) and ``start``, the first sequence's index (``rows`` are within the
     batch); batches without a chosen token left out. Single tokens, all [MASK]; with ``mac``, its
-    word units, all similar words."""
-    if mac is None:
+    word units, all similar words; with ``substitution`` (a table, and the random ids a token without a
+    candidate takes), single tokens, all substituted."""
+    if substitution is not None:
+        config = MaskingConfig(scheme="mlm", masked_lm_prob=masked_lm_prob, max_predictions=max_predictions,
+                               mask=0.0, random=0.0, substitute=1.0, substitution=substitution[0])
+        words, lex, similar, random_ids = word_ids_for(ids, offsets), None, None, substitution[1]
+    elif mac is None:
         config = MaskingConfig(scheme="mlm", masked_lm_prob=masked_lm_prob, max_predictions=max_predictions,
                                mask=1.0, random=0.0)
         words, lex, similar, random_ids = word_ids_for(ids, offsets), None, None, np.array([mask_token_id])
     else:
         config = MaskingConfig(scheme=mac.scheme, masked_lm_prob=masked_lm_prob, max_predictions=max_predictions,
-                               mask=0.0, random=0.0, similar=1.0, keep=0.0, ngram_probs=mac.ngram_probs)
+                               mask=0.0, random=0.0, similar=1.0, ngram_probs=mac.ngram_probs)
         words, lex, similar, random_ids = mac.words, mac.lex_ids, mac.similar, mac.random_token_ids
     rng = named_rng(seed, lang)
     for start in range(0, len(offsets) - 1, batch_size):
@@ -144,7 +154,8 @@ def _masked_batches(ids: np.ndarray, offsets: np.ndarray, lang: str, seed: int, 
 @torch.no_grad()
 def evaluate_mlm(model: PreTrainedModel, ids: np.ndarray, offsets: np.ndarray, *, lang: str, seed: int,
                  mask_token_id: int, masked_lm_prob: float, max_predictions: int, device: torch.device,
-                 batch_size: int = 32, positions: bool = False, mac: MacCorruption | None = None) -> dict:
+                 batch_size: int = 32, positions: bool = False, mac: MacCorruption | None = None,
+                 substitution: tuple[Substitution, np.ndarray] | None = None) -> dict:
     """MLM accuracy and perplexity on held-out sequences (module docstring).
 
     Args:
@@ -153,6 +164,8 @@ def evaluate_mlm(model: PreTrainedModel, ids: np.ndarray, offsets: np.ndarray, *
         lang: seeds the masks together with ``seed``: the same positions for every model.
         positions: also return each masked position's measures (for :mod:`tasks.pretraining.gates`).
         mac: Mac's corruption instead of [MASK] (:func:`mac_text`).
+        substitution: a substitution table (and the random ids a token without a candidate takes)
+            instead of [MASK] (:mod:`tasks.pretraining.objectives.sound_alike`).
     Returns:
         ``{"predictions", "loss", "accuracy", "perplexity"}`` (loss in nats per masked token; None
         without a prediction); with ``positions``, ``"positions"``: ``{"losses", "correct",
@@ -162,7 +175,8 @@ def evaluate_mlm(model: PreTrainedModel, ids: np.ndarray, offsets: np.ndarray, *
     model.to(device).eval()
     parts = {"losses": [], "correct": [], "labels": [], "inputs": [], "rows": []}
     for input_ids, valid, rows, cols, labels, inputs, start in _masked_batches(
-            ids, offsets, lang, seed, mask_token_id, masked_lm_prob, max_predictions, batch_size, device, mac):
+            ids, offsets, lang, seed, mask_token_id, masked_lm_prob, max_predictions, batch_size, device, mac,
+            substitution):
         hidden = model.bert(input_ids=input_ids, attention_mask=valid).last_hidden_state
         logits = model.cls(hidden[rows, cols]).float()
         parts["losses"].append(F.cross_entropy(logits, labels, reduction="none").double().cpu())
@@ -305,31 +319,6 @@ def mac_text(task: str, tokenizer: PreTrainedTokenizerBase, max_seq_length: int,
     return packed.input_ids[:n][valid], offsets, mac
 
 
-def heldout_inputs(params, objective: str, tokenizer: PreTrainedTokenizerBase, device: torch.device,
-                   split: str | None = None) -> tuple[np.ndarray, np.ndarray, dict]:
-    """What the held-out measure of ``objective``'s models needs but the model: the held-out
-    sequences (ids and offsets, flat layout) of ``curves.heldout_task`` (:func:`heldout_text`, or
-    :func:`mac_text` when the objective replaces words by similar ones) and the keyword arguments of
-    :func:`evaluate_mlm` (seed, mask id, rates, device; ``mac`` for Mac). Params read:
-    ``seed``, ``curves.heldout_task``, ``curves.heldout_sequences``, ``pretraining_data``'s
-    ``max_seq_length``, ``masked_lm_prob``, ``max_predictions_per_seq``,
-    ``objectives.<objective>.replacement.similar``, and for Mac its ``masking``,
-    ``pretraining_data.ngram_probabilities`` and ``segment``.
-
-    Raises:
-        SourceError: the task's data, or (Mac) the lexicon, is missing."""
-    cfg, data = params.curves, params.pretraining_data
-    masks = dict(lang=cfg.heldout_task, seed=params.seed, mask_token_id=tokenizer.mask_token_id,
-                 masked_lm_prob=data.masked_lm_prob, max_predictions=data.max_predictions_per_seq, device=device)
-    spec = params.objective(objective)
-    if not spec.replacement.similar:
-        return (*heldout_text(cfg.heldout_task, tokenizer, data.max_seq_length, cfg.heldout_sequences, split), masks)
-    ids, offsets, mac = mac_text(cfg.heldout_task, tokenizer, data.max_seq_length, cfg.heldout_sequences,
-                                 scheme=spec.masking, ngram_probs=tuple(data.ngram_probabilities), lexicon=paths.LEXICON,
-                                 hmm=params.segment.hmm, user_dict=params.segment.user_dict, split=split)
-    return ids, offsets, {**masks, "mac": mac}
-
-
 def corpus_unigram(tokens: Path, vocab_size: int) -> np.ndarray:
     """:func:`tasks.pretraining.gates.unigram_log_probs` of the token ids of the pretraining corpus
     (``data/tokens/sentences.parquet``, column ``input_ids``), read in row groups."""
@@ -342,8 +331,13 @@ def corpus_unigram(tokens: Path, vocab_size: int) -> np.ndarray:
 
 def measure_of(heads: str | None, masks: dict) -> str | None:
     """The held-out measure of a model: its ``pretraining.json``'s (``mlm``, ``rtd`` or None), ``mac``
-    for an MLM head measured with Mac's corruption (``masks`` of :func:`heldout_inputs` with ``mac``)."""
-    return "mac" if heads == "mlm" and masks.get("mac") is not None else heads
+    or ``sound`` for an MLM head measured with its objective's corruption (``masks``: ``heldout_inputs`` of
+    :class:`tasks.pretraining.objectives.PretrainingObjective`, with ``mac`` or ``substitution``)."""
+    if heads == "mlm" and masks.get("mac") is not None:
+        return "mac"
+    if heads == "mlm" and masks.get("substitution") is not None:
+        return masks["substitution"][0].name
+    return heads
 
 
 def heldout_point(folder: Path, measure: str | None, ids: np.ndarray, offsets: np.ndarray, unigram: np.ndarray,
@@ -353,7 +347,8 @@ def heldout_point(folder: Path, measure: str | None, ids: np.ndarray, offsets: n
     collapse gate on its encoder's token states.
 
     Args:
-        masks: the keyword arguments of :func:`evaluate_mlm` (:func:`heldout_inputs`).
+        masks: the keyword arguments of :func:`evaluate_mlm` (``heldout_inputs`` of
+            :class:`tasks.pretraining.objectives.PretrainingObjective`).
     Returns:
         A :class:`tasks.core.metrics.pretraining.CurvePoint`'s fields but ``fraction``, and
         ``predictions``: the positions measured (None without a measure).
@@ -371,11 +366,11 @@ def measure_models(measure: str | None, head: PreTrainedModel | None, generator:
     ``head`` the masked LM (``mlm``, ``mac``) or the discriminator (``rtd``; ``generator`` its generator),
     ``encoder`` the encoder whose token states the collapse gate reads. Returns what :func:`heldout_point` does."""
     point, gates = {}, []
-    if measure in ("mlm", "mac"):
+    if measure in MLM_MEASURES:
         scores = evaluate_mlm(head, ids, offsets, positions=True, **masks)
         at = scores["positions"]
         gates, references = mlm_gates(at["losses"], at["correct"], at["labels"], at["rows"], unigram,
-                                      inputs=at["inputs"] if measure == "mac" else None)
+                                      inputs=at["inputs"] if measure != "mlm" else None)
         point = {"loss": scores["loss"], "accuracy": scores["accuracy"], "predictions": scores["predictions"],
                  **references}
     elif measure == "rtd":

@@ -28,44 +28,52 @@ Conventions for a batch of ``N`` packed sequences of length ``L``:
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 import numpy as np
 from numba import njit
 
-from tasks.core.params.pretraining import MASKING_SCHEMES, Objective, PretrainingData
+from tasks.core.params.pretraining import Objective, PretrainingData
 from tasks.corpus.similar_words import SimilarWords
 from tasks.pretraining.selection import (_shuffle_within_rows, prediction_budget, select_ngrams, select_spans,
                                          select_units, unit_ids_for)
 from tasks.training.batching import IGNORE_INDEX
 
-GRANULARITIES = ("none", "word", "ngram", "sentence")  # PerLM: params Permutation.granularity
+@dataclass(frozen=True)
+class Substitution:
+    """A per-token substitution table (CSR): the candidates a chosen token may become, drawn uniformly
+    (e.g. its sound-alikes: :mod:`tasks.pretraining.objectives.sound_alike`).
+
+    Attributes:
+        name: what the candidates are (the replacement share's name in params, e.g. ``sound``).
+        offsets: ``int64 [V + 1]``: token ``t``'s candidates are ``candidates[offsets[t]:offsets[t + 1]]``.
+        candidates: ``int32 [C]`` token ids, never the token itself.
+    """
+
+    name: str
+    offsets: np.ndarray
+    candidates: np.ndarray
 
 
 @dataclass(frozen=True)
 class MaskingConfig:
-    """What to choose and how to corrupt it.
+    """What to choose and how to corrupt it: built from the validated params by :func:`masking_config`
+    (the params schema, :class:`tasks.core.params.Objective`, is where its values are checked: an
+    objective is validated once), or directly with known-good values by the held-out measures.
 
     Attributes:
-        scheme: ``"mlm"`` (single tokens), ``"wwm"`` (whole words) or ``"ngram"``
-            (spans of whole words).
+        scheme: ``"mlm"`` (single tokens), ``"wwm"`` (whole words), ``"ngram"`` (spans of whole
+            words) or ``"span"`` (SpanBERT's geometric spans).
         masked_lm_prob: share of the maskable tokens of a sequence to choose (0.15).
         max_predictions: cap on chosen tokens per sequence (BERT: 20 for length 128).
-        mask, random, similar, permute: shares of the chosen units that become
-            [MASK], a random token, a similar word, or take part in the PerLM
-            permutation; the rest stay as they are (``keep``: given, the five shares
-            must sum to 1; None: whatever the four leave).
+        mask, random, similar, permute, substitute: shares of the chosen units that become
+            [MASK], a random token, a similar word, take part in the PerLM permutation, or become
+            a candidate of ``substitution``; the rest stay as they are.
         ngram_probs: probability of a span of 1, 2, ... words (``ngram`` only).
         span_p, span_max_words: the clipped geometric law of span lengths in words (``span`` only).
         granularity: PerLM: which permuted tokens may trade places: ``none`` (any of the row),
             ``word``, ``ngram`` (one chosen span) or ``sentence`` (needs the sentence starts).
-
-    Raises:
-        ValueError: an unknown scheme, shares outside [0, 1] or summing above 1,
-            ``permute`` mixed with a token replacement (the labels would be
-            positions for some tokens and ids for others), ``similar`` with
-            single-token units, or N-gram probabilities that do not sum to 1.
+        substitution: the table of ``substitute`` (None without one).
     """
 
     scheme: str = "mlm"
@@ -76,32 +84,11 @@ class MaskingConfig:
     similar: float = 0.0
     permute: float = 0.0
     ngram_probs: tuple[float, ...] = (0.4, 0.3, 0.2, 0.1)
-    keep: float | None = None
     span_p: float = 0.2
     span_max_words: int = 10
     granularity: str = "none"
-
-    def __post_init__(self) -> None:
-        if self.scheme not in MASKING_SCHEMES:
-            raise ValueError(f"unknown masking scheme {self.scheme!r}; known: {', '.join(MASKING_SCHEMES)}")
-        shares = (self.mask, self.random, self.similar, self.permute)
-        if min(shares) < 0 or sum(shares) > 1 + 1e-9:
-            raise ValueError("mask, random, similar and permute must be probabilities summing to at most 1")
-        if self.keep is not None and not math.isclose(sum(shares) + self.keep, 1.0, abs_tol=1e-9):
-            raise ValueError(f"mask + random + similar + permute + keep must sum to 1, got {sum(shares) + self.keep:g}")
-        if self.permute and (self.mask or self.random or self.similar):
-            raise ValueError("permute (PerLM) cannot be combined with mask, random or similar: "
-                             "PerLM predicts positions, the others predict tokens")
-        if self.similar and self.scheme in ("mlm", "span"):
-            raise ValueError("similar-word replacement (Mac) needs word units: use scheme wwm or ngram")
-        if not 0 < self.span_p < 1 or self.span_max_words < 1:
-            raise ValueError(f"span_p must be in (0, 1) and span_max_words >= 1, got {self.span_p}, "
-                             f"{self.span_max_words}")
-        if self.granularity not in GRANULARITIES:
-            raise ValueError(f"unknown granularity {self.granularity!r}; known: {', '.join(GRANULARITIES)}")
-        if not self.ngram_probs or min(self.ngram_probs) < 0 or not math.isclose(sum(self.ngram_probs), 1.0,
-                                                                                 abs_tol=1e-6):
-            raise ValueError(f"ngram_probs must be non-negative and sum to 1, got {list(self.ngram_probs)}")
+    substitute: float = 0.0
+    substitution: Substitution | None = field(default=None, compare=False, repr=False)
 
     @property
     def predicts_positions(self) -> bool:
@@ -196,14 +183,15 @@ def _similar_words(occ_first: np.ndarray, occ_len: np.ndarray, lex_ids: np.ndarr
 
 @njit(cache=True)
 def _replace(original: np.ndarray, positions: np.ndarray, kind: np.ndarray, mask_token_id: int,
-             random_values: np.ndarray, similar_values: np.ndarray, width: int,
+             random_values: np.ndarray, similar_values: np.ndarray, substitute_values: np.ndarray, width: int,
              label_positions: bool) -> tuple[np.ndarray, np.ndarray]:
     """``(out, labels)``, flat ``int32``: ``original`` with each chosen position replaced as its
     ``kind`` says, [MASK] (0), the next random token (1), the next similar-word token (2), itself
-    (3 permute, 4 keep); labelled with its original token or (PerLM) its own position."""
+    (3 permute), the next substitute (4), itself (5 keep); labelled with its original token or (PerLM)
+    its own position."""
     out = original.astype(np.int32)
     labels = np.full(len(original), IGNORE_INDEX, np.int32)
-    n_random = n_similar = 0
+    n_random = n_similar = n_substitute = 0
     for q in range(len(positions)):
         p = positions[q]
         labels[p] = p % width if label_positions else original[p]
@@ -215,7 +203,19 @@ def _replace(original: np.ndarray, positions: np.ndarray, kind: np.ndarray, mask
         elif kind[q] == 2:
             out[p] = similar_values[n_similar]
             n_similar += 1
+        elif kind[q] == 4:
+            out[p] = substitute_values[n_substitute]
+            n_substitute += 1
     return out, labels
+
+
+def _substitutes(tokens: np.ndarray, table: Substitution, draws: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(ok, values)``: whether each of ``tokens`` (``int [K]``) has a candidate in ``table``, and the
+    candidate ``floor(draw * candidates)`` of each that has (``int32``, in order)."""
+    start, end = table.offsets[tokens], table.offsets[tokens + 1]
+    ok = end > start
+    pick = start[ok] + np.minimum((draws[ok] * (end - start)[ok]).astype(np.int64), (end - start)[ok] - 1)
+    return ok, table.candidates[pick].astype(np.int32)
 
 
 @njit(cache=True)
@@ -239,8 +239,9 @@ def corrupt(input_ids: np.ndarray, chosen: np.ndarray, unit_ids: np.ndarray, con
 
     One uniform draw per decision unit picks, in this order, [MASK] (``mask``),
     a random token (``random``), a similar word (``similar``), the PerLM
-    permutation (``permute``), or keep. The decision unit is the token (BERT §3.1
-    and appendix A.1; Google's code decides per token also under WWM), except
+    permutation (``permute``), a candidate of ``config.substitution`` (``substitute``: a token
+    without one gets a random token, counted in ``substitute_fallback``), or keep. The decision
+    unit is the token (BERT §3.1 and appendix A.1; Google's code decides per token also under WWM), except
     with ``similar > 0``, where it is the chosen word (MacBERT §3.2: "we will find
     similar words individually" for each word of an N-gram), and under span masking,
     where it is the span (SpanBERT §3.1: "all the tokens in a span are replaced with
@@ -271,15 +272,16 @@ def corrupt(input_ids: np.ndarray, chosen: np.ndarray, unit_ids: np.ndarray, con
     Returns:
         :class:`MaskedBatch`.
     Raises:
-        ValueError: ``config.similar > 0`` without ``similar``.
+        ValueError: ``config.similar > 0`` without ``similar``, ``config.substitute > 0`` without its table.
     """
     # flat positions: 1-D gathers and scatters are several times faster than (rows, cols) pairs
     width = input_ids.shape[1]
     original = input_ids.reshape(-1)
     positions = np.flatnonzero(chosen)
-    edges = np.cumsum([config.mask, config.random, config.similar, config.permute])
-    values = np.zeros(0, dtype=np.int32)
-    if not config.similar and config.scheme != "span":  # 0 mask, 1 random, 2 similar, 3 permute, 4 keep
+    # kinds: 0 mask, 1 random, 2 similar, 3 permute, 4 substitute, 5 keep
+    edges = np.cumsum([config.mask, config.random, config.similar, config.permute, config.substitute])
+    values = substitutes = np.zeros(0, dtype=np.int32)
+    if not config.similar and config.scheme != "span":
         kind = _count_at_most(edges, rng.random(len(positions)))
     elif not config.similar:  # one decision per span
         _, _, occurrence = _word_occurrences(positions, unit_ids.reshape(-1), width)
@@ -300,9 +302,19 @@ def corrupt(input_ids: np.ndarray, chosen: np.ndarray, unit_ids: np.ndarray, con
     if config.similar:
         counts.update(zip(("similar_fallback_not_in_lexicon", "similar_fallback_no_candidate",
                            "similar_fallback_length_mismatch"), fallbacks.tolist()), similar_words=int(ok.sum()))
-    counts.update(zip(("mask", "random", "similar", "permute", "keep"), np.bincount(kind, minlength=5).tolist()))
+    if config.substitute:  # a token without a candidate gets a random token, as Mac's words do
+        if config.substitution is None:
+            raise ValueError(f"replacement substitute needs its table ({config.substitution})")
+        to_substitute = np.flatnonzero(kind == 4)
+        has, substitutes = _substitutes(original[positions[to_substitute]], config.substitution,
+                                        rng.random(len(to_substitute)))
+        kind[to_substitute[~has]] = 1
+        counts["substitute_fallback"] = int((~has).sum())
+    names = ("mask", "random", "similar", "permute", "substitute", "keep")
+    counts.update((k, v) for k, v in zip(names, np.bincount(kind, minlength=6).tolist())
+                  if k != "substitute" or config.substitute)
     random_values = random_token_ids[rng.integers(0, len(random_token_ids), counts["random"])]
-    out, labels = _replace(original, positions, kind, mask_token_id, random_values, values, width,
+    out, labels = _replace(original, positions, kind, mask_token_id, random_values, values, substitutes, width,
                            config.predicts_positions)
     if config.permute:
         permuted = positions[kind == 3]
@@ -349,11 +361,13 @@ def mask_batch(input_ids: np.ndarray, word_ids: np.ndarray, config: MaskingConfi
                    random_token_ids=random_token_ids, lex_ids=lex_ids, similar=similar, groups=groups)
 
 
-def masking_config(objective: Objective, data: PretrainingData) -> MaskingConfig:
-    """The :class:`tasks.pretraining.masking.MaskingConfig` of an objective under the data params."""
+def masking_config(objective: Objective, data: PretrainingData, substitution: Substitution | None = None
+                   ) -> MaskingConfig:
+    """The :class:`MaskingConfig` of an objective's validated params under the data params, with the
+    table of its substitution share (``replacement.sound``: ``substitution``, None without one)."""
     r = objective.replacement
     return MaskingConfig(scheme=objective.masking, masked_lm_prob=data.masked_lm_prob,
                          max_predictions=data.max_predictions_per_seq, mask=r.mask, random=r.random,
-                         similar=r.similar, permute=r.permute, keep=r.keep,
+                         similar=r.similar, permute=r.permute, substitute=r.sound, substitution=substitution,
                          ngram_probs=tuple(data.ngram_probabilities), span_p=data.span_p,
                          span_max_words=data.span_max_words, granularity=objective.permutation.granularity)

@@ -23,7 +23,7 @@ from torch import nn
 from transformers import BertConfig, BertForMaskedLM
 
 from tasks.core.params import ModelSize, Pretrain
-from tasks.pretraining.electra import ElectraPretrainingModel, new_electra
+from tasks.pretraining.electra import ElectraPretrainingModel
 from tasks.pretraining.flops import encoder_flops
 from tasks.pretraining.init_from import init_masked_lm
 from tasks.pretraining.initialization import init_positions
@@ -264,29 +264,25 @@ class PretrainingModel(nn.Module):
         return 3.0 * (encoder_flops(c, lengths) + heads)
 
 
-def pretraining_model(params, spec, masking, tokenizer, seed: int, init_folder: Path | None = None
-                      ) -> PretrainingModel | ElectraPretrainingModel:
-    """The encoder to pretrain for ``tokenizer``, with the heads of objective ``spec`` under ``masking``.
+def pretraining_model(params, tokenizer, seed: int, init_folder: Path | None = None, **heads) -> PretrainingModel:
+    """The encoder to pretrain for ``tokenizer`` with an objective's ``heads`` (keyword arguments of
+    :class:`PretrainingModel`, from its kinds: :meth:`tasks.pretraining.objectives.PretrainingObjective.model`).
 
     Args:
         seed: the pretraining seed: the new encoder's weights, or a fresh head's.
         init_folder: None: a new encoder of ``params.model``'s size (:func:`new_masked_lm`,
             seeded with ``seed``); else the checkpoint folder of :func:`resolve_init_from`, loaded
-            by :func:`init_masked_lm` at its own size (BERT objectives; ELECTRA starts new).
+            by :func:`init_masked_lm` at its own size.
     Raises:
         SourceError, ParamsError: as :func:`init_masked_lm`.
     """
     length = params.pretraining_data.max_seq_length
-    if spec.rtd is not None:
-        return new_electra(params.model, spec.rtd, len(tokenizer), length, tokenizer.pad_token_id, seed)
     if init_folder is None:
         config = bert_config(params.model, len(tokenizer), length, tokenizer.pad_token_id)
         mlm = new_masked_lm(config, seed, params.model)
     else:
         mlm, _ = init_masked_lm(init_folder, tokenizer, length, seed, vocab_setting=params.tokenizer.vocab)
-    return PretrainingModel(mlm, predicts_positions=masking.predicts_positions,
-                            sentence_task=spec.sentence_task is not None, space=spec.permutation.space,
-                            full_targets=spec.permutation.targets == "full", sbo=spec.sbo)
+    return PretrainingModel(mlm, **heads)
 
 
 def prepare_model(model: PretrainingModel | ElectraPretrainingModel, cfg: Pretrain, device: torch.device

@@ -129,8 +129,8 @@ def train(model: PretrainingModel | ElectraPretrainingModel, data: PretrainingEx
         ParamsError: the global batch does not split over processes and accumulation steps.
     """
     with exclusive(checkpoint) if ranks.is_main else nullcontext(), intra_op_threads(cfg.threads, device, log):
-        return _train(model, data, cfg, seed, device, checkpoint, fingerprint, log, ranks, snapshots, snapshot,
-                      equal_flops)
+        return PretrainingRun(model, data, cfg, seed, device, checkpoint, fingerprint, log, ranks, snapshots, snapshot,
+                              equal_flops).train()
 
 
 @contextmanager
@@ -155,113 +155,134 @@ def intra_op_threads(threads: int | None, device: torch.device, log: Callable[[s
         torch.set_num_threads(before)
 
 
-def _train(model: PretrainingModel | ElectraPretrainingModel, data: PretrainingExamples, cfg: Pretrain, seed: int,
-           device: torch.device, checkpoint: Path, fingerprint: str, log: Callable[[str], None], ranks: Ranks,
-           snapshots: tuple[float, ...], snapshot: Snapshot | None, equal_flops: bool) -> dict:
-    log = log if ranks.is_main else (lambda _: None)
-    schedule = BatchSchedule(data.lengths, cfg.batch_size, seed)
-    total = total_steps_for(cfg.token_budget, cfg.batch_size, float(data.lengths.mean()))
-    if equal_flops:
-        total = equal_flops_steps(model, data, schedule, total)
-    model.to(device).train()
-    opt = optimizer_for(model, cfg.learning_rate, cfg.weight_decay, fused=cfg.fused_adamw)
-    start, tokens, rows, elapsed_before, flops = 0, 0, [], 0.0, 0.0
-    count_flops = getattr(model, "flops", None)
-    at_step = {max(1, round(f * total)): f for f in snapshots}
-    state = load_checkpoint(checkpoint, fingerprint, log)
-    if state is not None:
-        model.load_state_dict(state["model"])
-        opt.load_state_dict(state["optimizer"])  # moves the state to the parameters' device
-        _set_rng_states(state, ranks, device)
-        start, tokens, rows, elapsed_before = state["step"], state["tokens"], state["rows"], state["elapsed"]
-        windows, flops = state.get("window") or [], state.get("flops", 0.0)
-        log(f"resuming from {checkpoint} at step {start}/{total}")
-    else:
-        torch.manual_seed(seed + ranks.rank)  # rank 0 draws as a single process does
-        windows = []
-    accumulate = ranks.world > 1 or cfg.accumulation_steps > 1
-    longest = int(data.lengths.max())
+class PretrainingRun:
+    """One pretraining run, its state where a reader sees it (nanoGPT's ``train.py`` keeps the same
+    in module globals): the batch schedule, the optimizer, the tokens and model FLOPs so far, the log
+    rows and the window since the last one. It is the loop's objective (:meth:`batches`,
+    :meth:`loss`) and its ``after_step`` (:meth:`after_step`: snapshots, log rows, checkpoints);
+    :meth:`train` runs it (arguments: :func:`train`'s)."""
 
-    class Task:
-        chosen = 0.0  # the step's chosen positions, over all ranks (FLOPs count the rest)
+    def __init__(self, model: PretrainingModel | ElectraPretrainingModel, data: PretrainingExamples, cfg: Pretrain,
+                 seed: int, device: torch.device, checkpoint: Path, fingerprint: str, log: Callable[[str], None],
+                 ranks: Ranks, snapshots: tuple[float, ...], snapshot: Snapshot | None, equal_flops: bool):
+        self.model, self.data, self.cfg, self.device, self.ranks = model, data, cfg, device, ranks
+        self.checkpoint, self.fingerprint, self.snapshot = checkpoint, fingerprint, snapshot
+        self.log = log if ranks.is_main else (lambda _: None)
+        self.schedule = BatchSchedule(data.lengths, cfg.batch_size, seed)
+        self.total = total_steps_for(cfg.token_budget, cfg.batch_size, float(data.lengths.mean()))
+        if equal_flops:
+            self.total = equal_flops_steps(model, data, self.schedule, self.total)
+        model.to(device).train()
+        self.opt = optimizer_for(model, cfg.learning_rate, cfg.weight_decay, fused=cfg.fused_adamw)
+        self.start, self.tokens, self.rows, self.elapsed_before, self.flops = 0, 0, [], 0.0, 0.0
+        self.count_flops = getattr(model, "flops", None)
+        self.at_step = {max(1, round(f * self.total)): f for f in snapshots}
+        windows = self._resume(seed)
+        self.accumulate = ranks.world > 1 or cfg.accumulation_steps > 1
+        self.longest = int(data.lengths.max())
+        self.chosen = 0.0  # the step's chosen positions, over all ranks (FLOPs count the rest)
+        self.t0 = time.perf_counter()
+        self.window = _Window(self.t0, ranks)
+        if ranks.rank < len(windows):  # the steps since the last log row before the run was stopped
+            self.window.load(windows[ranks.rank])
 
-        def batches(self, step: int) -> list[dict[str, torch.Tensor]]:
-            index = schedule(step)
-            micro = micro_batches(data, index, step, ranks, cfg.accumulation_steps)
-            predicted = float(sum(model.predictions(b) for b in micro))
-            self.chosen = float(sum(len(b["labels"]) for b in micro))
-            if accumulate:  # shares of the global batch; DDP averages gradients over ranks, hence x world
-                predicted, self.chosen = ranks.all_sum([predicted, self.chosen])
-                for b in micro:
-                    b["token_weight"] = torch.tensor(ranks.world * model.predictions(b) / predicted)
-                    b["position_weight"] = torch.tensor(ranks.world * float(b["attention_mask"].sum())
-                                                        / float(data.lengths[index].sum()))
-                    b["sentence_weight"] = torch.tensor(ranks.world * len(b["input_ids"]) / len(index))
-            return [pad_width(b, GPU_WIDTH_MULTIPLE, longest) for b in micro] if device.type == "cuda" else micro
+    def _resume(self, seed: int) -> list[dict]:
+        """Load the checkpoint if it is this run's (model, optimizer, generators, counts, rows); else seed
+        the generators. Returns the saved log windows of the ranks ([] when starting)."""
+        state = load_checkpoint(self.checkpoint, self.fingerprint, self.log)
+        if state is None:
+            torch.manual_seed(seed + self.ranks.rank)  # rank 0 draws as a single process does
+            return []
+        self.model.load_state_dict(state["model"])
+        self.opt.load_state_dict(state["optimizer"])  # moves the state to the parameters' device
+        _set_rng_states(state, self.ranks, self.device)
+        self.start, self.tokens, self.rows, self.elapsed_before = (state[k] for k in ("step", "tokens", "rows",
+                                                                                        "elapsed"))
+        self.flops = state.get("flops", 0.0)
+        self.log(f"resuming from {self.checkpoint} at step {self.start}/{self.total}")
+        return state.get("window") or []
 
-        def loss(self, net, batch, step):
-            return net(batch)
-
-    t0 = time.perf_counter()
-
-    def elapsed() -> float:
+    def elapsed(self) -> float:
         """Seconds of training so far, the work queued on the GPU included."""
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        return elapsed_before + time.perf_counter() - t0
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        return self.elapsed_before + time.perf_counter() - self.t0
 
-    window = _Window(t0, ranks)
-    if ranks.rank < len(windows):  # the steps since the last log row before the run was stopped
-        window.load(windows[ranks.rank])
+    def batches(self, step: int) -> list[dict[str, torch.Tensor]]:
+        """This rank's micro-batches of step ``step``, weighted by their shares of the global batch when
+        it is split (DDP averages gradients over ranks, hence x world)."""
+        data, model, ranks, index = self.data, self.model, self.ranks, self.schedule(step)
+        micro = micro_batches(data, index, step, ranks, self.cfg.accumulation_steps)
+        predicted = float(sum(model.predictions(b) for b in micro))
+        self.chosen = float(sum(len(b["labels"]) for b in micro))
+        if self.accumulate:
+            predicted, self.chosen = ranks.all_sum([predicted, self.chosen])
+            for b in micro:
+                b["token_weight"] = torch.tensor(ranks.world * model.predictions(b) / predicted)
+                b["position_weight"] = torch.tensor(ranks.world * float(b["attention_mask"].sum())
+                                                    / float(data.lengths[index].sum()))
+                b["sentence_weight"] = torch.tensor(ranks.world * len(b["input_ids"]) / len(index))
+        if self.device.type == "cuda":
+            return [pad_width(b, GPU_WIDTH_MULTIPLE, self.longest) for b in micro]
+        return micro
 
-    def after_step(done: Step) -> None:
-        nonlocal tokens, flops
-        weight = 1.0 / ranks.world if accumulate else 1.0  # a micro-batch's part of the step's loss
+    def loss(self, net, batch: dict[str, torch.Tensor], step: int) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        return net(batch)
+
+    def after_step(self, done: Step) -> None:
+        """Count the step's tokens and FLOPs; keep a snapshot, write a log row, or checkpoint when due."""
+        cfg, ranks = self.cfg, self.ranks
+        weight = 1.0 / ranks.world if self.accumulate else 1.0  # a micro-batch's part of the step's loss
         for batch, loss, parts in zip(done.batches, done.losses, done.parts):
-            window.add(loss * weight, parts, int(batch["attention_mask"].sum()), model.predictions(batch),
-                       len(batch["input_ids"]), sentence_weight=weight)
-        window.steps += 1
-        step, index = done.done, schedule(done.done - 1)
-        tokens += int(data.lengths[index].sum())
-        if count_flops is not None:
-            flops += count_flops(data.lengths[index], int(task.chosen))
-        if step in at_step and snapshot is not None and ranks.is_main:
-            snapshot(at_step[step], {"step": step, "tokens": tokens, "flops": flops if count_flops else None,
-                                     "seconds": round(elapsed(), 2)})
-        if step % cfg.log_every == 0 or step == total:
-            rows.append({"step": step, "tokens": tokens, "learning_rate": done.learning_rate,
-                         **window.flush(elapsed()), "flops": flops if count_flops else None})
-            check_finite(rows[-1]["loss"], step, total, f"pretraining lr {done.learning_rate:.3g} of peak "
+            self.window.add(loss * weight, parts, int(batch["attention_mask"].sum()), self.model.predictions(batch),
+                            len(batch["input_ids"]), sentence_weight=weight)
+        self.window.steps += 1
+        step, index = done.done, self.schedule(done.done - 1)
+        self.tokens += int(self.data.lengths[index].sum())
+        if self.count_flops is not None:
+            self.flops += self.count_flops(self.data.lengths[index], int(self.chosen))
+        flops = self.flops if self.count_flops else None
+        if step in self.at_step and self.snapshot is not None and ranks.is_main:
+            self.snapshot(self.at_step[step], {"step": step, "tokens": self.tokens, "flops": flops,
+                                               "seconds": round(self.elapsed(), 2)})
+        if step % cfg.log_every == 0 or step == self.total:
+            self.rows.append({"step": step, "tokens": self.tokens, "learning_rate": done.learning_rate,
+                              **self.window.flush(self.elapsed()), "flops": flops})
+            row = self.rows[-1]
+            check_finite(row["loss"], step, self.total, f"pretraining lr {done.learning_rate:.3g} of peak "
                          f"{cfg.learning_rate:g}, warm-up {cfg.warmup_fraction:g}, batch {cfg.batch_size}, "
                          f"max_grad_norm {cfg.max_grad_norm:g}")
-            log(f"step {step}/{total} loss {rows[-1]['loss']:.4f} acc {rows[-1]['token_accuracy']:.3f} "
-                f"{rows[-1]['tokens_per_sec']:.0f} tokens/s, "
-                f"{time_left(time.perf_counter() - t0, step - start, total - start)}")
-        if step % cfg.checkpoint_every == 0 and step < total:
+            self.log(f"step {step}/{self.total} loss {row['loss']:.4f} acc {row['token_accuracy']:.3f} "
+                     f"{row['tokens_per_sec']:.0f} tokens/s, "
+                     f"{time_left(time.perf_counter() - self.t0, step - self.start, self.total - self.start)}")
+        if step % cfg.checkpoint_every == 0 and step < self.total:
             # The data order and the dynamic masks are pure functions of (seed, step): ``step``
             # is their whole state; numpy's and Python's global generators are not used.
-            rng, saved = _rng_states(ranks, device), ranks.all_gather(window.state())
+            rng, saved = _rng_states(ranks, self.device), ranks.all_gather(self.window.state())
             if ranks.is_main:
-                save_checkpoint(checkpoint, {
-                    "fingerprint": fingerprint, "model": model.state_dict(), "optimizer": opt.state_dict(),
-                    "step": step, "tokens": tokens, "rows": rows, "window": saved, "flops": flops,
-                    "elapsed": elapsed(), **rng})
+                save_checkpoint(self.checkpoint, {
+                    "fingerprint": self.fingerprint, "model": self.model.state_dict(),
+                    "optimizer": self.opt.state_dict(), "step": step, "tokens": self.tokens, "rows": self.rows,
+                    "window": saved, "flops": self.flops, "elapsed": self.elapsed(), **rng})
 
-    # PerLM predicting positions only: the MLM head's transform gets no gradient (unused parameters).
-    task = Task()
-    run(model, task, opt, steps=range(start, total), total=total, peak_lr=cfg.learning_rate,
-        warmup_fraction=cfg.warmup_fraction, max_grad_norm=cfg.max_grad_norm, device=device, ranks=ranks,
-        bf16=cfg.bf16, find_unused_parameters=model.unused_parameters, after_step=after_step)
-    wall = elapsed()
-    last = rows[-1] if rows else {}
-    return {"steps": total, "tokens": tokens, "final_loss": last.get("loss"),
-            "final_token_accuracy": last.get("token_accuracy"),
-            "final_sentence_accuracy": last.get("sentence_accuracy"),
-            **({"final_rtd_accuracy": last.get("rtd_accuracy")} if last.get("rtd_accuracy") is not None else {}),
-            "wall_sec": round(wall, 2),
-            **({"flops": flops} if count_flops else {}),
-            "tokens_per_sec": round(tokens / wall, 1) if wall else None,
-            "peak_memory_mb": round(peak_memory_mb(device), 1), "threads": torch.get_num_threads(), "rows": rows}
+    def train(self) -> dict:
+        """Run the steps still ahead; the summary :func:`train` returns."""
+        cfg, model = self.cfg, self.model
+        # PerLM predicting positions only: the MLM head's transform gets no gradient (unused parameters).
+        run(model, self, self.opt, steps=range(self.start, self.total), total=self.total, peak_lr=cfg.learning_rate,
+            warmup_fraction=cfg.warmup_fraction, max_grad_norm=cfg.max_grad_norm, device=self.device,
+            ranks=self.ranks, bf16=cfg.bf16, find_unused_parameters=model.unused_parameters,
+            after_step=self.after_step)
+        wall, last = self.elapsed(), self.rows[-1] if self.rows else {}
+        return {"steps": self.total, "tokens": self.tokens, "final_loss": last.get("loss"),
+                "final_token_accuracy": last.get("token_accuracy"),
+                "final_sentence_accuracy": last.get("sentence_accuracy"),
+                **({"final_rtd_accuracy": last.get("rtd_accuracy")} if last.get("rtd_accuracy") is not None else {}),
+                "wall_sec": round(wall, 2),
+                **({"flops": self.flops} if self.count_flops else {}),
+                "tokens_per_sec": round(self.tokens / wall, 1) if wall else None,
+                "peak_memory_mb": round(peak_memory_mb(self.device), 1), "threads": torch.get_num_threads(),
+                "rows": self.rows}
 
 
 def _rng_states(ranks: Ranks, device: torch.device) -> dict:
@@ -348,18 +369,6 @@ class _Window:
                "tokens_per_sec": round(tokens / (now - self.start), 1), "elapsed_sec": round(elapsed, 2)}
         self.__init__(now, self.ranks)
         return row
-
-
-def run_facts(model: PretrainingModel | ElectraPretrainingModel, spec, masking, cfg: Pretrain,
-              device: torch.device) -> dict:
-    """What a pretraining run is, for its log and its metrics
-    (:class:`tasks.core.metrics.pretraining.PretrainMetrics`): the recipe's learning rate and batch, the
-    saved model's parameters, the device, and the objective's masking, sentence task, budget and token
-    target (``spec``: its params; ``masking``: its :class:`tasks.pretraining.masking.MaskingConfig`)."""
-    return dict(learning_rate=cfg.learning_rate, batch_size=cfg.batch_size,
-                parameters=sum(p.numel() for p in model.hf.parameters()), device=str(device),
-                dynamic=spec.dynamic, sentence_task=spec.sentence_task, budget=spec.budget,
-                token_target="replaced" if spec.rtd else "position" if masking.predicts_positions else "token")
 
 
 def write_log(path: Path, rows: list[dict]) -> None:

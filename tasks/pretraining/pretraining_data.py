@@ -150,7 +150,8 @@ def write_shards(packed: Packed | PackedStore, config: MaskingConfig, out_dir: P
         for k, v in stats.items():
             totals[k] = totals.get(k, 0) + v
     chosen = max(totals["chosen"], 1)
-    shares = {f"{k}_share": round(totals[k] / chosen, 5) for k in ("mask", "random", "similar", "permute", "keep")}
+    shares = {f"{k}_share": round(totals[k] / chosen, 5)
+              for k in ("mask", "random", "similar", "permute", "substitute", "keep") if k in totals}
     stats = {**totals, **shares, "shards": len(results), "dynamic": False,
              "chosen_rate": round(totals["chosen"] / totals["maskable_tokens"], 5)}
     if config.similar:  # share of the words drawn for a similar word that fell back to a random word

@@ -28,13 +28,12 @@ import torch
 from tasks.core.errors import DivergedError, PipelineError
 from tasks.core.params import Pretrain
 from tasks.pretraining.checkpoint import clear_checkpoint
-from tasks.pretraining.gates import training_gates
-from tasks.pretraining.heldout import measure_models, measure_of
+from tasks.pretraining.heldout import MLM_MEASURES, measure_models, measure_of
 from tasks.pretraining.modeling import prepare_model
 from tasks.pretraining.pretrain import train
 
 
-SWEPT_MEASURES = {"mlm": ("loss", "accuracy"), "mac": ("loss", "accuracy"), "rtd": ("rtd_loss", "auc")}
+SWEPT_MEASURES = {**dict.fromkeys(MLM_MEASURES, ("loss", "accuracy")), "rtd": ("rtd_loss", "auc")}
 
 
 def measure(model, ids: np.ndarray, offsets: np.ndarray, masks: dict, unigram: np.ndarray) -> dict:
@@ -51,11 +50,13 @@ def measure(model, ids: np.ndarray, offsets: np.ndarray, masks: dict, unigram: n
     return {**{k: point[k] for k in SWEPT_MEASURES.get(kind, ())}, "score": score, "gates": point["gates"]}
 
 
-def run_setting(make_model, data, cfg: Pretrain, fraction: float, *, seed: int, device: torch.device, checkpoint: Path,
-                fingerprint: str, equal_flops: bool, heldout: tuple[np.ndarray, np.ndarray], masks: dict,
-                unigram: np.ndarray, sentence_task: str | None = None, log=print) -> dict:
-    """Train ``make_model()`` on ``data`` with ``cfg`` for ``fraction`` of its budget and measure it
-    (:func:`measure`, plus the pretraining log's gates: NSP/SOP, PerLM); resumable from ``checkpoint``
+def run_setting(objective, make_model, data, cfg: Pretrain, fraction: float, *, seed: int, device: torch.device,
+                checkpoint: Path, fingerprint: str, heldout: tuple[np.ndarray, np.ndarray], masks: dict,
+                unigram: np.ndarray, log=print) -> dict:
+    """Train ``make_model()`` (a model of ``objective``, a
+    :class:`tasks.pretraining.objectives.PretrainingObjective`) on ``data`` with ``cfg`` for ``fraction``
+    of its budget and measure it (:func:`measure`, plus the objective's gates read from the pretraining
+    log: NSP/SOP, PerLM); resumable from ``checkpoint``
     like a pretraining run. Returns the measure with ``tokens``, ``steps``, ``wall_sec`` and ``gates``
     (records); a setting whose loss became non-finite returns ``diverged`` (the one-line reason), no
     score and no gates."""
@@ -63,13 +64,13 @@ def run_setting(make_model, data, cfg: Pretrain, fraction: float, *, seed: int, 
     short = cfg.model_copy(update={"token_budget": max(1, round(cfg.token_budget * fraction)), "snapshots": []})
     try:
         summary = train.fn(model, data, short, seed=seed, device=device, checkpoint=checkpoint,
-                           fingerprint=fingerprint, log=log, equal_flops=equal_flops)
+                           fingerprint=fingerprint, log=log, equal_flops=objective.equal_flops)
     except DivergedError as diverged:
         clear_checkpoint(checkpoint)
         return {"score": None, "diverged": str(diverged), "tokens": 0, "steps": 0, "wall_sec": 0.0, "gates": []}
     clear_checkpoint(checkpoint)  # its lock too
     measured = measure(model, *heldout, masks, unigram)
-    gates = training_gates(summary["rows"], data, short, sentence_task, model)
+    gates = objective.gates(summary["rows"], data, short, model)
     return {**measured, "tokens": summary["tokens"], "steps": summary["steps"], "wall_sec": summary["wall_sec"],
             "gates": measured["gates"] + [g.record() for g in gates]}
 

@@ -19,6 +19,7 @@ from tasks.report.common import fmt, load_metrics, save_figure, table
 from tasks.report.templating import render_blocks
 
 AXES = (("tokens", "pretraining tokens"), ("seconds", "pretraining seconds"), ("flops", "pretraining model FLOPs"))
+CORRUPTED = {"mac": "Mac", "sound": "sound-alike"}  # held-out measures under an objective's own corruption
 
 
 def _points(metrics: Path, objective: str, seed: int) -> list[dict] | None:
@@ -92,8 +93,9 @@ def curves_section(params, metrics: Path, figures: Path) -> str:
             curves[objective] = seeds
     if not curves:
         return ""
-    # the [MASK] measure only: Mac's loss (similar words on its own word units) is another task's
-    measured = {o: s for o, s in curves.items() if s[0][-1]["loss"] is not None and s[0][-1]["measure"] != "mac"}
+    # the [MASK] measure only: a loss under an objective's own corruption (Mac's similar words, sound-alikes)
+    # is another task's
+    measured = {o: s for o, s in curves.items() if s[0][-1]["loss"] is not None and s[0][-1]["measure"] == "mlm"}
     if measured:
         _plot(measured, "loss", "held-out MLM loss (nats)", figures / "curves_heldout.png")
     rows = []
@@ -103,8 +105,8 @@ def curves_section(params, metrics: Path, figures: Path) -> str:
             for key in ("loss", "rtd_loss"):
                 values = [s[i][key] for s in seeds if s[i][key] is not None]
                 cells.append(fmt(float(np.mean(values)), 3) if values else "-")
-            if point["measure"] == "mac" and cells[0] != "-":
-                cells[0] += " (*Mac*)"
+            if point["measure"] in CORRUPTED and cells[0] != "-":
+                cells[0] += f" (*{CORRUPTED[point['measure']]}*)"
             rows.append([objective, f"{point['fraction']:g}", fmt(float(np.mean([s[i]["tokens"] for s in seeds])), 0),
                          fmt(float(np.mean([s[i]["seconds"] for s in seeds])), 0),
                          fmt(float(np.mean([s[i]["flops"] or np.nan for s in seeds])) / 1e12, 2), *cells])
@@ -118,7 +120,7 @@ def curves_section(params, metrics: Path, figures: Path) -> str:
             finetuned.append(task)
             for key, what in (("loss", "MLM"), ("rtd_loss", "RTD")):
                 pairs = [(p[key], p["score"]) for s in per.values() for run in s for p in run
-                         if p[key] is not None and p["measure"] != "mac"]
+                         if p[key] is not None and p["measure"] not in CORRUPTED]
                 ranks += _rank(task, f"every model and snapshot ({what} loss)", pairs)
     for task in params.finetune.tasks:  # the end of the budget: does the held-out loss rank the fine-tuned models?
         pairs = [(s[-1]["loss"], _finetuned(metrics, seeded(o, seed), 1.0, task))

@@ -48,6 +48,8 @@ CLAIMS = (
     Claim("random replacement beats partial masking", "MacBERT (Cui et al. 2020, Table 8)", "mac_random_replace",
           "ngram"),
     Claim("partial masking beats all masking", "MacBERT (Cui et al. 2020, Table 8)", "ngram", "mac_all_mask"),
+    Claim("correcting sound-alike characters matches or beats [MASK]", "this project, after MacBERT's MLM as "
+          "correction (Cui et al. 2020, §3.2)", "sound_alike", "mlm"),
     Claim("permuted LM (PerLM) beats MLM on MRC and NER", "PERT (Cui et al. 2022, §5)", "perlm", "mlm",
           ("mrc", "ner")),
     Claim("SOP beats NSP", "ALBERT (Lan et al. 2020, §4.6)", "wwm_sop", "wwm_nsp"),

@@ -11,35 +11,10 @@ from tasks.core.metrics.pretraining import PretrainingDataMetrics, PretrainMetri
 from tasks.core.params import Objective
 from tasks.core.params.pretraining import RECIPE_KNOBS
 from tasks.core.paths import seeded
+from tasks.pretraining.objectives import describe
 from tasks.report.common import fmt, load_metrics, read_csv, save_figure, table
 from tasks.report.gates import gates_table
 from tasks.report.templating import render_blocks
-
-# The replacement a chosen token gets first, then the random noise, then keep (as params.yaml writes them).
-SHARES = ("mask", "similar", "permute", "random", "keep")
-
-
-def describe_objective(spec: Objective) -> str:
-    """``wwm; mask 80 / random 10 / keep 10; + SOP; dynamic`` for an objective's params, with
-    SpanBERT's SBO, ELECTRA's RTD, PERT's non-default permutation options and an equal-FLOPs budget."""
-    shares = [(k, getattr(spec.replacement, k)) for k in SHARES]
-    parts = [spec.masking, " / ".join(f"{k} {100 * v:g}" for k, v in shares if v)]
-    if spec.replacement.permute:
-        p = spec.permutation
-        options = [f"within {p.granularity}" if p.granularity != "none" else "",
-                   f"{p.space} space" if p.space != "local" else "", "full targets" if p.targets == "full" else ""]
-        parts += [o for o in options if o]
-    if spec.sbo:
-        parts.append("+ SBO")
-    if spec.rtd:
-        parts.append(f"+ RTD (generator {spec.rtd.generator_size:g}, λ {spec.rtd.weight:g})")
-    if spec.sentence_task:
-        parts.append(f"+ {spec.sentence_task.upper()}")
-    parts.append("dynamic" if spec.dynamic else "static")
-    if spec.budget == "mlm_flops":
-        parts.append("MLM's FLOPs")
-    return "; ".join(parts)
-
 
 def plot_curves(curves: dict[str, list[dict]], y: str, ylabel: str, path: Path) -> Path:
     """One line per run (e.g. objective) of column ``y`` against tokens seen."""
@@ -69,7 +44,7 @@ def pretraining_section(metrics: Path, objectives: list[str], seeds: list[int], 
                 curves[objective] = read_csv(log)
             if data and run:
                 chosen = "-" if data.dynamic else fmt(data.chosen_rate, 2, True)
-                rows.append([name, describe_objective(specs[objective]), fmt(data.sequences),
+                rows.append([name, describe(specs[objective]), fmt(data.sequences),
                              fmt(data.fill_rate, 1, True), chosen, fmt(data.similar_fallback_rate, 1, True),
                              fmt(run.tokens), fmt(run.flops / 1e12 if run.flops else None, 1), fmt(run.final_loss, 3),
                              fmt(run.final_token_accuracy, 1, True),

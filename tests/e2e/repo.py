@@ -36,7 +36,7 @@ def params_trace(repo: Path) -> Path:
     return repo.with_name(f"{repo.name}-params-read.jsonl")
 
 
-# What the held-out measure reads for Mac alone (tasks.pretraining.heldout.heldout_inputs): curves and
+# What the held-out measure reads for Mac alone (tasks.pretraining.objectives.mac): curves and
 # sweep declare them for every objective, since a foreach stage cannot vary its params by objective;
 # curves reads only replacement.similar of any other objective's block.
 MAC_ONLY = ("segment", "pretraining_data.ngram_probabilities")

@@ -42,6 +42,7 @@ class PretrainingDataMetrics(Metrics):
     random: int = absent()
     similar: int = absent()
     permute: int = absent()
+    substitute: int = absent()
     keep: int = absent()
     mask_share: float = absent()
     """Fraction (0-1, 5 decimals) of the chosen tokens replaced by [MASK]."""
@@ -51,6 +52,9 @@ class PretrainingDataMetrics(Metrics):
     """Fraction (0-1, 5 decimals) of the chosen tokens replaced by a similar word's (Mac)."""
     permute_share: float = absent()
     """Fraction (0-1, 5 decimals) of the chosen tokens permuted (PerLM)."""
+    substitute_share: float = absent()
+    """Fraction (0-1, 5 decimals) of the chosen tokens replaced by a candidate of a substitution table
+    (sound-alike characters)."""
     keep_share: float = absent()
     """Fraction (0-1, 5 decimals) of the chosen tokens kept as they are."""
     # similar-word replacement (Mac; absent otherwise)
@@ -61,6 +65,9 @@ class PretrainingDataMetrics(Metrics):
     similar_fallback_length_mismatch: int = absent()
     similar_fallback_rate: float = absent()
     """Fraction (0-1, 5 decimals) of the words drawn for a similar word that got a random word instead."""
+    # substitution (sound-alike; absent otherwise)
+    substitute_fallback: int = absent()
+    """Tokens drawn for a substitute that had no candidate and got a random token instead."""
 
 
 class GateResult(Record):
@@ -147,7 +154,7 @@ class PretrainMetrics(PretrainSummary, Metrics):
     snapshots: list[SnapshotPoint] = absent()
     """The snapshots kept (``pretrain.snapshots``); absent in runs from before there were any."""
     gates: list[GateResult] = absent()
-    """Gates read from the end of the training log (NSP/SOP, PerLM: :func:`tasks.pretraining.gates.log_gates`);
+    """Gates read from the end of the training log (NSP/SOP, PerLM: :func:`tasks.pretraining.gates.training_log_gate`);
     [] when none applies; absent in runs from before there were gates."""
 
 
@@ -197,7 +204,7 @@ class CurvesMetrics(Metrics):
     seed: int
     heldout_task: str
     sequences: int
-    measure: Literal["mlm", "mac", "rtd"] | None = absent()
+    measure: Literal["mlm", "mac", "sound", "rtd"] | None = absent()
     """The held-out measure: MLM ([MASK] on single tokens), Mac (similar words on its own word units:
     MLM as correction), ELECTRA's replaced-token detection, or none (PerLM predicting positions
     only, whose MLM head is untrained)."""

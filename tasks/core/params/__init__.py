@@ -55,15 +55,19 @@ PARAMS_FILE = "params.yaml"
 
 
 class Params(_Strict):
-    seed: NonNegativeInt
-    sources: dict[str, Source]
+    """The whole of ``params.yaml``: every knob of the pipeline (the reference: docs/params.md)."""
+
+    seed: NonNegativeInt = Field(description="the run's seed: data splits, held-out masks and what no other seed "
+                                             "sets (pretraining and fine-tuning seeds: pretrain.seeds, finetune.seeds)")
+    sources: dict[str, Source] = Field(description="name -> every file the pipeline reads (stage acquire), pinned")
     corpus: Corpus
     segment: Segment
     shards: Shards
     executor: Executor
     tokenizer: Tokenizer
     similar_words: SimilarWordsSpec
-    objectives: dict[str, Objective] = Field(min_length=1)
+    objectives: dict[str, Objective] = Field(min_length=1, description="name -> a pretraining objective "
+                                                                      "(docs/objectives.md)")
     compare: list[str] = Field(min_length=1, description="objectives to pretrain, fine-tune and compare")
     pretraining_data: PretrainingData
     model_presets: dict[str, ModelSize] = Field(min_length=1, description="encoder sizes that model.preset picks")
@@ -72,8 +76,9 @@ class Params(_Strict):
     sweep: Sweep
     curves: Curves
     distributed: Distributed
-    tasks: dict[str, DownstreamTask] = Field(min_length=1)
-    hub_models: dict[str, HubModel] = Field(default_factory=dict)
+    tasks: dict[str, DownstreamTask] = Field(min_length=1, description="name -> a downstream task")
+    hub_models: dict[str, HubModel] = Field(default_factory=dict, description="name -> a published model "
+                                                                              "(stage import_model@<name>)")
     finetune: Finetune
     multilingual: Multilingual
     ablation: Ablation

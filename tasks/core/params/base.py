@@ -17,6 +17,11 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+INFRASTRUCTURE = {"infrastructure": True}
+"""``Field(json_schema_extra=INFRASTRUCTURE)``: a knob of how a result is computed (processes, devices,
+shards, logging), not of what it is; the params reference lists these apart (docs/params.md)."""
+
+
 def _device(value: str) -> str:
     if not re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", value):
         raise ValueError(f"{value!r} is no device: auto (CUDA when present, else CPU), cpu, cuda, cuda:<n> or mps")

@@ -13,26 +13,28 @@ from typing import Literal
 
 from pydantic import Field, PositiveInt, model_validator
 
-from tasks.core.params.base import _Strict
+from tasks.core.params.base import INFRASTRUCTURE, _Strict
 
 
 class IntermediateMatch(_Strict):
     """``kind`` between student state (or attention) ``student`` and teacher's ``teacher``:
     state 0 = embeddings' output, state/attention i = transformer layer i's."""
 
-    kind: Literal["hidden_mse", "attention_mse", "cos"]
-    student: int = Field(ge=0)
-    teacher: int = Field(ge=0)
-    weight: float = Field(1.0, gt=0)
+    kind: Literal["hidden_mse", "attention_mse", "cos"] = Field(
+        description="MSE of the states (through a learned projection when the widths differ), MSE of the "
+                    "attention distributions, or the cosine distance of the states")
+    student: int = Field(ge=0, description="the student's state or attention")
+    teacher: int = Field(ge=0, description="the teacher's state or attention it is matched to")
+    weight: float = Field(1.0, gt=0, description="weight of this term in the loss")
 
 
 class Student(_Strict):
     """A student's size and initialisation (TextBrewer's T3/T6 take teacher layers)."""
 
-    num_hidden_layers: PositiveInt
-    hidden_size: PositiveInt
-    num_attention_heads: PositiveInt
-    intermediate_size: PositiveInt
+    num_hidden_layers: PositiveInt = Field(description="L: Transformer layers")
+    hidden_size: PositiveInt = Field(description="H: width of the token states")
+    num_attention_heads: PositiveInt = Field(description="A: attention heads per layer")
+    intermediate_size: PositiveInt = Field(description="FFN inner width")
     init: Literal["teacher", "random"] = Field(
         description="teacher: embeddings and layers layer_map of the teacher's pretrained model "
                     "(same widths); random: seeded random init")
@@ -86,12 +88,17 @@ class Prune(_Strict):
     ffn: PositiveInt = Field(description="FFN neurons kept per layer, on average")
     n_iters: PositiveInt = Field(description="iterations of the iterative variants (IS recomputed each time)")
     importance_examples: PositiveInt = Field(description="training examples IS is averaged over")
-    importance_batch_size: PositiveInt
+    importance_batch_size: PositiveInt = Field(description="examples per forward pass when computing IS",
+                                               json_schema_extra=INFRASTRUCTURE)
 
 
 class Compression(_Strict):
+    """Compression of fine-tuned task models (TextBrewer, TextPruner): stages ``distill@<student>-<task>``
+    and ``prune@<model>-<task>``."""
+
     tasks: list[str] = Field(min_length=1, description="tasks of finetune.tasks to compress on")
-    students: dict[str, Student] = Field(min_length=1)
+    students: dict[str, Student] = Field(min_length=1, description="name -> a student distilled on each task")
     distill: Distill
     prune: Prune
-    latency_repeats: PositiveInt = Field(description="forward passes timed for latency and throughput")
+    latency_repeats: PositiveInt = Field(description="forward passes timed for latency and throughput",
+                                         json_schema_extra=INFRASTRUCTURE)

@@ -13,7 +13,7 @@ from typing import Literal
 
 from pydantic import Field, NonNegativeInt, PositiveInt, model_validator
 
-from tasks.core.params.base import Device, _Strict
+from tasks.core.params.base import INFRASTRUCTURE, Device, _Strict
 
 TaskFamily = Literal["classification", "mrc", "ner"]  # tasks.downstream.families.FAMILIES
 FAMILY_LOADERS = {
@@ -39,15 +39,16 @@ def _check_knobs(overrides: dict) -> None:
 class Training(_Strict):
     """Fine-tuning knobs; ``finetune`` sets them for every task, ``tasks.<name>.training`` overrides."""
 
-    max_seq_length: int = Field(ge=8, le=512)
-    epochs: float = Field(gt=0)
-    batch_size: int = Field(ge=1)
-    learning_rate: float = Field(gt=0)
-    warmup_fraction: float = Field(ge=0, lt=1)
-    weight_decay: float = Field(ge=0)
-    max_grad_norm: float = Field(gt=0)
+    max_seq_length: int = Field(ge=8, le=512, description="tokens per example (MRC: per window)")
+    epochs: float = Field(gt=0, description="passes over the training split")
+    batch_size: int = Field(ge=1, description="examples per optimizer step")
+    learning_rate: float = Field(gt=0, description="peak learning rate (AdamW, linear warm-up then decay to 0)")
+    warmup_fraction: float = Field(ge=0, lt=1, description="share of the steps of linear warm-up")
+    weight_decay: float = Field(ge=0, description="AdamW's decoupled weight decay")
+    max_grad_norm: float = Field(gt=0, description="the global gradient norm is clipped to this")
     dropout: float = Field(ge=0, lt=1, description="hidden and attention dropout while fine-tuning")
-    eval_batch_size: int = Field(ge=1, description="examples per forward pass when predicting dev/test")
+    eval_batch_size: int = Field(ge=1, description="examples per forward pass when predicting dev/test",
+                                 json_schema_extra=INFRASTRUCTURE)
     pooling: Literal["mean", "cls"] = Field(description="classification: sentence vector "
                                             "(tasks.downstream.classification.MeanPoolClassifier) or BERT's [CLS] pooler")
     doc_stride: int = Field(ge=1, description="MRC: tokens shared by consecutive windows")
@@ -60,8 +61,8 @@ class TaskSplit(_Strict):
     """Fractions carved (seeded) out of train for splits the data does not provide; each split
     the task's files lack must be given here (no hidden default)."""
 
-    dev: float | None = Field(None, gt=0, lt=1)
-    test: float | None = Field(None, gt=0, lt=1)
+    dev: float | None = Field(None, gt=0, lt=1, description="share of train carved out as dev")
+    test: float | None = Field(None, gt=0, lt=1, description="share of train carved out as test")
 
 
 class TaskData(_Strict):
@@ -69,16 +70,18 @@ class TaskData(_Strict):
     ``downstream@<task>`` reads (and nothing else does)."""
 
     loader: str = Field(description="how the files are read; see FAMILY_LOADERS")
-    source: str
+    source: str = Field(description="a name under sources")
     files: dict[str, str] = Field(min_length=1, description="role (train/dev/test/all, positive/negative) -> file")
-    split: TaskSplit = TaskSplit()
+    split: TaskSplit = Field(TaskSplit(), description="the splits carved out of train")
     limit: dict[str, PositiveInt] = Field(default_factory=dict, description="split -> max examples (seeded subset)")
     malformed: Literal["fail", "skip", "repair"] = Field(description="records that break the format")
-    glue_task: str | None = None
+    glue_task: str | None = Field(None, description="loader glue: the GLUE task's name (e.g. SST-2)")
     columns: dict[str, str | None] = Field(default_factory=dict, description="text_a, text_b, label")
-    labels: list[str] | None = None
-    scheme: Literal["bio", "bioes", "bmes"] = "bio"
-    queries: dict[str, str] | None = None
+    labels: list[str] | None = Field(None, description="the label names in order (default: as the data has them)")
+    scheme: Literal["bio", "bioes", "bmes"] = Field("bio", description="NER: the tagging scheme of the files "
+                                                                       "(read into BIO)")
+    queries: dict[str, str] | None = Field(None, description="NER as MRC: entity type -> its question "
+                                                            "(default: the loader's)")
 
     @model_validator(mode="after")
     def _consistent(self) -> "TaskData":
@@ -103,9 +106,9 @@ class DownstreamTask(_Strict):
     reads) and its fine-tuning knobs (``training``: what ``finetune`` reads, with ``family`` and
     ``metrics``). ``training`` is required, ``{}`` for finetune's defaults, so that DVC can track it."""
 
-    family: TaskFamily
+    family: TaskFamily = Field(description="classification, mrc or ner: its model head, training and metrics")
     metrics: list[str] = Field(min_length=1, description="the first one is the headline metric")
-    data: TaskData
+    data: TaskData = Field(description="what stage downstream@<task> reads")
     training: dict[str, float | int | str] = Field(description="overrides of finetune.training ({} for none)")
 
     @model_validator(mode="after")
@@ -122,16 +125,22 @@ class DownstreamTask(_Strict):
 
 
 class Finetune(_Strict):
+    """Fine-tuning of every model on every task (stages ``finetune@``, ``finetune_random@``,
+    ``finetune_baseline@``, ``finetune_snapshot@``), once per fine-tuning seed."""
+
     baselines: list[str] = Field(description="models fine-tuned beside the compared objectives: random, hub_models")
-    tasks: list[str] = Field(min_length=1)
+    tasks: list[str] = Field(min_length=1, description="the tasks every model is fine-tuned on (names under tasks)")
     baseline_tasks: list[str] = Field(
         description="the tasks the baselines are fine-tuned on (of tasks): a published model costs many times a "
                     "tiny one, so the default run's reference row is one task (docs/running.md)")
-    seeds: list[NonNegativeInt] = Field(min_length=1)
+    seeds: list[NonNegativeInt] = Field(min_length=1, description="fine-tuning seeds (head init, dropout, data "
+                                                                   "order): each model is fine-tuned once per seed")
     seed_workers: PositiveInt = Field(
         1, description="CPU processes that run the seeds of finetune, distill and prune side by side, one "
-                       "intra-op thread each; 1: the seeds in turn in the stage's process, with all its threads")
-    device: Device
+                       "intra-op thread each; 1: the seeds in turn in the stage's process, with all its threads",
+        json_schema_extra=INFRASTRUCTURE)
+    device: Device = Field(description="auto (CUDA when present, else CPU), cpu, cuda, cuda:<n> or mps",
+                           json_schema_extra=INFRASTRUCTURE)
     training: Training = Field(description="the knobs of every task; tasks.<name>.training overrides them")
 
     def for_task(self, task: DownstreamTask, model: HubModel | None = None) -> Training:
@@ -144,10 +153,10 @@ class HubModel(_Strict):
     """A pretrained Hugging Face model to fine-tune besides the pipeline's own: a folder
     inside an acquired source, a local folder, or (online) a hub id."""
 
-    source: str | None = None
-    path: str | None = None
-    hub_id: str | None = None
-    licence: str = "see model card"
+    source: str | None = Field(None, description="a name under sources whose folder holds it (with path)")
+    path: str | None = Field(None, description="its folder: inside the source, or a local folder")
+    hub_id: str | None = Field(None, description="a hub id (online only: HF_HUB_OFFLINE=0)")
+    licence: str = Field("see model card", description="the model's licence, as the report lists it")
     training: dict[str, float | int | str] = Field(
         description="overrides of finetune.training and tasks.<name>.training when this model is fine-tuned "
                     "(its authors' recipe, e.g. a learning rate for a pretrained model; {} for none)")

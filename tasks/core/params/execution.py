@@ -10,18 +10,26 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
-from tasks.core.params.base import _Strict
+from tasks.core.params.base import INFRASTRUCTURE, _Strict
 
 EXECUTOR_KINDS = ("processes", "local_cluster", "address")
 
 
 class Shards(_Strict):
+    """How the data stages split their input (:mod:`tasks.core.shards`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, json_schema_extra=INFRASTRUCTURE)
+
     rows: int = Field(ge=1, description="input rows per shard; also the row-group size of the stage's output")
 
 
 class Executor(_Strict):
+    """Where the data stages run their shards: never a byte of output (no stage lists it)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, json_schema_extra=INFRASTRUCTURE)
+
     kind: Literal["processes", "local_cluster", "address"] = Field(
         description="processes: a process pool on this machine; local_cluster: a dask.distributed.LocalCluster; "
                     "address: the Dask scheduler at `address`")

@@ -37,37 +37,50 @@ class MultilingualInput(_Strict):
 class Mixture(_Strict):
     """Language sampling exponents: p_i ∝ n_i^alpha / l_i^beta (:mod:`tasks.multilingual.resample`)."""
 
-    alpha: float = Field(ge=0, le=1)
-    beta: float = Field(ge=0, le=1)
+    alpha: float = Field(ge=0, le=1, description="α: 1 keeps the languages' shares, 0 samples them uniformly "
+                                                 "(CINO, XLM-R's exponent)")
+    beta: float = Field(ge=0, le=1, description="β: divides by each language's mean document length to the β "
+                                                "(0: none)")
 
 
 class VocabExtension(_Strict):
+    """CINO's vocabulary extension (stage ``vocab_extension``): a WordPiece vocabulary trained on the
+    languages the base vocabulary covers badly, merged into it."""
+
     coverage_vocab: str = Field(description="a source holding vocab.txt whose coverage is measured (Chinese BERT)")
     unk_rate_threshold: float = Field(ge=0, lt=1, description="extend for languages above this [UNK] rate")
     new_vocab_size: int = Field(ge=10, description="WordPiece vocabulary trained on those languages")
-    min_frequency: int = Field(ge=1)
+    min_frequency: int = Field(ge=1, description="a pair merges only if seen at least this often")
 
 
 class ContinuedPretraining(_Strict):
-    token_budget: int = Field(ge=1)
-    learning_rate: float = Field(gt=0)
+    """The base model's MLM pretraining continued on each resampled corpus (stage ``continue_pretrain@<mixture>``);
+    the other knobs are pretrain's."""
+
+    token_budget: int = Field(ge=1, description="non-padding tokens to train on")
+    learning_rate: float = Field(gt=0, description="peak learning rate")
     fast_mlm: bool = Field(False, description="CINO's fast MLM: the softmax over each language's vocabulary only")
 
 
 class VocabPruning(_Strict):
+    """TextPruner's vocabulary pruning of a continued model (stage ``prune_vocab``)."""
+
     mixture: str = Field(description="the continued-pretraining mixture whose model is pruned")
     languages: list[str] = Field(min_length=1, description="keep the tokens these languages' text uses")
 
 
 class Multilingual(_Strict):
-    inputs: list[MultilingualInput] = Field(min_length=1)
-    min_document_chars: int = Field(ge=1)
+    """CINO-style multilingual continued pretraining (stages ``multilingual``, ``vocab_extension``,
+    ``resample@<mixture>``, ``continue_pretrain@<mixture>``, ``prune_vocab``)."""
+
+    inputs: list[MultilingualInput] = Field(min_length=1, description="the languages' texts")
+    min_document_chars: int = Field(ge=1, description="shorter documents are dropped")
     heldout_fraction: float = Field(gt=0, lt=1, description="documents per language held out for evaluation")
-    heldout_max_documents: int = Field(ge=1)
+    heldout_max_documents: int = Field(ge=1, description="at most this many held-out documents per language")
     base_model: str = Field(description="the pretrained model to continue (<objective>-<seed> of this run)")
     vocab: VocabExtension
     total_tokens: int = Field(ge=1, description="size of each resampled corpus, in tokens")
-    mixtures: dict[str, Mixture] = Field(min_length=1)
+    mixtures: dict[str, Mixture] = Field(min_length=1, description="name -> a resampled corpus and its continued model")
     pretrain: ContinuedPretraining
     prune: VocabPruning
 

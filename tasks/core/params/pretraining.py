@@ -11,9 +11,9 @@ from __future__ import annotations
 import math
 from typing import Literal, get_args
 
-from pydantic import Field, NonNegativeInt, PositiveInt, field_validator, model_validator
+from pydantic import ConfigDict, Field, NonNegativeInt, PositiveInt, field_validator, model_validator
 
-from tasks.core.params.base import Device, _Strict
+from tasks.core.params.base import INFRASTRUCTURE, Device, _Strict
 
 MaskingScheme = Literal["mlm", "wwm", "ngram", "span"]  # token selection (tasks.pretraining.masking)
 SentenceTask = Literal["nsp", "sop"]  # segment-pair task (tasks.pretraining.pairing)
@@ -28,22 +28,30 @@ class Replacement(_Strict):
 
     BERT 80/10/10 = ``{mask: 0.8, random: 0.1, keep: 0.1}``; Mac = ``{similar: 0.8,
     random: 0.1, keep: 0.1}``; PerLM = ``{permute: 0.9, keep: 0.1}``; MacBERT's
-    ablations: all mask ``{mask: 0.9, keep: 0.1}``, random replace ``{random: 0.9, keep: 0.1}``.
+    ablations: all mask ``{mask: 0.9, keep: 0.1}``, random replace ``{random: 0.9, keep: 0.1}``;
+    sound-alike correction ``{sound: 0.8, random: 0.1, keep: 0.1}``.
     """
 
-    mask: float = Field(0.0, ge=0, le=1)
-    random: float = Field(0.0, ge=0, le=1)
-    similar: float = Field(0.0, ge=0, le=1)
-    permute: float = Field(0.0, ge=0, le=1)
-    keep: float = Field(0.0, ge=0, le=1)
+    mask: float = Field(0.0, ge=0, le=1, description="share of the chosen units that become [MASK]")
+    random: float = Field(0.0, ge=0, le=1, description="share that become a random token (a random word's "
+                                                       "tokens under span masking and Mac)")
+    similar: float = Field(0.0, ge=0, le=1, description="Mac (MacBERT §3.2): share of the chosen words that become "
+                                                        "a similar word of the same length (stage similar_words)")
+    permute: float = Field(0.0, ge=0, le=1, description="PerLM (PERT §3.2): share of the chosen tokens shuffled "
+                                                        "among themselves; the labels are positions")
+    sound: float = Field(0.0, ge=0, le=1, description="share of the chosen characters that become a sound-alike "
+                                                      "character (same pinyin, any tone: "
+                                                      "tasks/pretraining/objectives/sound_alike.py)")
+    keep: float = Field(0.0, ge=0, le=1, description="share left as they are (still predicted)")
 
     @model_validator(mode="after")
     def _sums_to_one(self) -> "Replacement":
-        total = self.mask + self.random + self.similar + self.permute + self.keep
+        total = self.mask + self.random + self.similar + self.permute + self.sound + self.keep
         if not math.isclose(total, 1.0, abs_tol=1e-9):
-            raise ValueError(f"mask + random + similar + permute + keep must sum to 1, got {total:g}")
-        if self.permute and (self.mask or self.random or self.similar):
-            raise ValueError("permute (PerLM) predicts positions and cannot be mixed with mask, random or similar")
+            raise ValueError(f"mask + random + similar + permute + sound + keep must sum to 1, got {total:g}")
+        if self.permute and (self.mask or self.random or self.similar or self.sound):
+            raise ValueError("permute (PerLM) predicts positions and cannot be mixed with mask, random, similar or "
+                             "sound")
         return self
 
 
@@ -58,9 +66,15 @@ class Permutation(_Strict):
       ELECTRA-style: an unchosen token's target is its own position or token).
     """
 
-    granularity: Literal["none", "word", "ngram", "sentence"] = "none"
-    space: Literal["local", "global", "both"] = "local"
-    targets: Literal["partial", "full"] = "partial"
+    granularity: Literal["none", "word", "ngram", "sentence"] = Field(
+        "none", description="which permuted tokens may trade places: any of the row (PERT's), or only those of one "
+                            "word, N-gram or sentence (static data only)")
+    space: Literal["local", "global", "both"] = Field(
+        "local", description="predict the original token's position among the input's (PERT's), the original "
+                             "token over the vocabulary, or both (summed)")
+    targets: Literal["partial", "full"] = Field(
+        "partial", description="predict at the chosen tokens (PERT's) or at every token (an unchosen one's "
+                               "target: itself)")
 
 
 class Rtd(_Strict):
@@ -129,20 +143,25 @@ class Objective(_Strict):
         if self.permutation.granularity == "sentence" and self.dynamic:
             raise ValueError("permutation.granularity sentence needs the sentence starts, which only static data "
                              "has: set dynamic false")
-        if self.rtd and (self.replacement.permute or self.replacement.similar or self.sbo):
+        if self.rtd and (self.replacement.permute or self.replacement.similar or self.replacement.sound or self.sbo):
             raise ValueError("rtd (ELECTRA): its generator is an MLM; use replacement mask/random/keep, no sbo")
         return self
 
 
 class PretrainingData(_Strict):
-    max_seq_length: int = Field(ge=8, le=512)
-    masked_lm_prob: float = Field(gt=0, lt=1)
-    max_predictions_per_seq: int = Field(ge=1)
+    """The masked pretraining sequences (stage ``pretraining_data@<objective>-<seed>``): packed sentences,
+    each objective's masking at the same rates."""
+
+    max_seq_length: int = Field(ge=8, le=512, description="tokens per pretraining sequence, [CLS] and [SEP] included")
+    masked_lm_prob: float = Field(gt=0, lt=1, description="share of a sequence's maskable tokens chosen (BERT: 0.15)")
+    max_predictions_per_seq: int = Field(ge=1, description="at most this many chosen tokens per sequence "
+                                                           "(BERT: 20 at length 128)")
     ngram_probabilities: list[float] = Field(min_length=1, description="P(span of 1, 2, ... words), N-gram masking")
     span_p: float = Field(0.2, gt=0, lt=1, description="span masking: span lengths in words ~ Geometric(span_p)")
     span_max_words: int = Field(10, ge=1, description="span masking: the geometric law clipped at this many words")
     dupe_factor: int = Field(ge=1, description="masked copies of the corpus (static masking only)")
-    shard_size: int = Field(ge=1)
+    shard_size: int = Field(ge=1, description="sequences per Arrow shard of the pretraining data (one worker's job)",
+                            json_schema_extra=INFRASTRUCTURE)
     packing: Literal["doc_sentences", "full_sentences"] = Field(
         "doc_sentences", description="RoBERTa §4.2: a sequence holds sentences of one document (doc_sentences, "
                                      "BERT's) or goes on into the next after a [SEP] (full_sentences; no NSP/SOP)")
@@ -158,18 +177,22 @@ class PretrainingData(_Strict):
 class SimilarWordsSpec(_Strict):
     """Where Mac's similar words come from (stage ``similar_words``)."""
 
-    source: str
-    file: str
+    source: str = Field(description="the source (under sources) of the word vectors")
+    file: str = Field(description="the word-vector file of that source (gensim KeyedVectors)")
     neighbours: int = Field(ge=1, le=100, description="nearest neighbours considered per word")
 
 
 class ModelSize(_Strict):
-    hidden_size: int = Field(ge=8)
-    num_hidden_layers: int = Field(ge=1)
-    num_attention_heads: int = Field(ge=1)
-    intermediate_size: int = Field(ge=8)
-    hidden_dropout_prob: float = Field(ge=0, lt=1)
-    attention_probs_dropout_prob: float = Field(ge=0, lt=1)
+    """An encoder's size and initialisation (BERT's names)."""
+
+    hidden_size: int = Field(ge=8, description="H: width of the token states")
+    num_hidden_layers: int = Field(ge=1, description="L: Transformer layers")
+    num_attention_heads: int = Field(ge=1, description="A: attention heads per layer (a divisor of hidden_size)")
+    intermediate_size: int = Field(ge=8, description="FFN inner width (BERT: 4H)")
+    hidden_dropout_prob: float = Field(ge=0, lt=1, description="dropout on the embeddings and each sub-layer's "
+                                                               "output while pretraining")
+    attention_probs_dropout_prob: float = Field(ge=0, lt=1, description="dropout on the attention weights while "
+                                                                        "pretraining")
     sinusoidal_position_amplitude: float = Field(
         ge=0, description="initialise position embeddings as sinusoids of this amplitude; 0 = BERT's normal init")
     local_attention_layers: int = Field(
@@ -213,33 +236,52 @@ def resolve_model_preset(raw: dict) -> dict:
 
 
 class Pretrain(_Strict):
+    """Pretraining (stages ``sweep@``, ``pretrain@``): the budget, the recipe (which an objective's own
+    ``pretrain`` and a sweep setting override), and how the run is computed."""
+
     seeds: list[NonNegativeInt] = Field(min_length=1, description="pretraining seeds: each compared objective and "
                                         "the random-init baseline exist once per seed (models/<objective>-<seed>)")
     snapshots: list[float] = Field(description="fractions of the budget at which the model is also kept "
                                                "(models/<name>/snapshots/<fraction>), for the score-for-compute curves")
-    init_from: str | None = Field(None, description="null = random init; else a checkpoint to continue "
-                                                    "(tasks.pretraining.init_from.resolve_init_from)")
+    init_from: str | None = Field(None, description=(
+        "null: random weights; else a BERT checkpoint to continue (as HFL initialised BERT-wwm from "
+        "BERT-base-chinese): a pipeline model (models/<name>), a hub_models name (after import_model@<name>), a "
+        "local folder, or a hub id (online only). Its own size replaces model.preset, its MLM head is kept (a "
+        "fresh one tied to its embeddings if it has none), and its vocabulary must be the one stage tokenize used "
+        "(tokenizer.vocab: its vocabulary's source). DVC tracks the name, not the folder: after changing the folder "
+        "in place, dvc repro -f pretrain (tasks.pretraining.init_from.resolve_init_from)"))
     token_budget: int = Field(ge=1, description="non-padding tokens to train on")
     batch_size: int = Field(ge=1, description="global batch: examples per optimizer step over all processes and "
                                               "accumulation steps")
     accumulation_steps: int = Field(1, ge=1, description="micro-batches per process per optimizer step")
-    learning_rate: float = Field(gt=0)
-    warmup_fraction: float = Field(ge=0, lt=1)
-    weight_decay: float = Field(ge=0)
-    max_grad_norm: float = Field(gt=0)
-    log_every: int = Field(ge=1)
-    checkpoint_every: int = Field(ge=1)
-    device: Device
+    learning_rate: float = Field(gt=0, description=(
+        "peak learning rate (AdamW, linear warm-up then linear decay to 0). The sweep owns it when sweep.settings "
+        "set it: the chosen setting's replaces it, and this value is the recipe only with no sweep (the default run)"))
+    warmup_fraction: float = Field(ge=0, lt=1, description="share of the steps of linear warm-up")
+    weight_decay: float = Field(ge=0, description="AdamW's decoupled weight decay (not on biases and LayerNorm)")
+    max_grad_norm: float = Field(gt=0, description="the global gradient norm is clipped to this")
+    log_every: int = Field(ge=1, description="steps per row of metrics/pretrain/<name>.csv",
+                           json_schema_extra=INFRASTRUCTURE)
+    checkpoint_every: int = Field(ge=1, description="steps between resumable checkpoints",
+                                  json_schema_extra=INFRASTRUCTURE)
+    device: Device = Field(description="auto (CUDA when present, else CPU), cpu, cuda, cuda:<n> or mps",
+                           json_schema_extra=INFRASTRUCTURE)
     threads: int | None = Field(None, ge=1, description="CPU intra-op threads of the training process (torch."
                                 "set_num_threads): float rounding depends on them, so they are part of the recipe "
-                                "and no number of study workers changes a result; null: the process's own")
+                                "and no number of study workers changes a result; null: the process's own",
+                                json_schema_extra=INFRASTRUCTURE)
     # GPU options (tasks.pretraining.modeling.prepare_model); bf16 and tf32 are no-ops on CPU
-    bf16: bool = Field(True, description="CUDA: bf16 autocast (mixed precision); CPU runs fp32 whatever this says")
-    tf32: bool = Field(True, description="CUDA: TF32 tensor cores for the fp32 matmuls left outside autocast")
-    fused_adamw: bool = Field(True, description="the fused AdamW kernel (CPU and CUDA): one kernel for all parameters")
-    compile: bool = Field(False, description="torch.compile the encoder (any device; the first steps compile)")
+    bf16: bool = Field(True, description="CUDA: bf16 autocast (mixed precision); CPU runs fp32 whatever this says",
+                       json_schema_extra=INFRASTRUCTURE)
+    tf32: bool = Field(True, description="CUDA: TF32 tensor cores for the fp32 matmuls left outside autocast",
+                       json_schema_extra=INFRASTRUCTURE)
+    fused_adamw: bool = Field(True, description="the fused AdamW kernel (CPU and CUDA): one kernel for all parameters",
+                              json_schema_extra=INFRASTRUCTURE)
+    compile: bool = Field(False, description="torch.compile the encoder (any device; the first steps compile)",
+                          json_schema_extra=INFRASTRUCTURE)
     activation_checkpointing: bool = Field(False, description="recompute each layer's activations in the backward "
-                                                              "pass: less memory, about 1/3 more compute")
+                                                              "pass: less memory, about 1/3 more compute",
+                                           json_schema_extra=INFRASTRUCTURE)
 
     def for_objective(self, objective: Objective, setting: dict | None = None) -> "Pretrain":
         """These knobs with ``objective``'s recipe (``objectives.<name>.pretrain``) over them, then a
@@ -310,6 +352,8 @@ class Curves(_Strict):
 
 class Distributed(_Strict):
     """``torchrun`` processes of the training stages (:mod:`tasks.training.distributed`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, json_schema_extra=INFRASTRUCTURE)
 
     nproc_per_node: int = Field(ge=1, description="training processes per machine (DDP ranks)")
     nnodes: int = Field(ge=1, description="machines")
