@@ -18,7 +18,7 @@ fine-tuning it measures its initialisation. Each gate compares a held-out measur
 * representations (every model): the mean cosine between the last layer's token states on
   held-out text below :data:`COLLAPSE_CEILING` (a collapsed encoder maps every token to nearly
   one direction: ELECTRA's discriminator at the old recipe reached 0.93-0.98 from 0.45 at init);
-* NSP/SOP, PerLM (from the last tenth of the pretraining log, :func:`log_gates`): sentence accuracy
+* NSP/SOP, PerLM (from the last tenth of the pretraining log, :func:`training_log_gate`): sentence accuracy
   above 50%, PerLM's position accuracy above its trivial rate ``keep + (1 - keep) · E[1 / L]``
   (kept tokens point to themselves; a permuted one guessed among the ``L`` positions of its row).
 
