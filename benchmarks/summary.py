@@ -30,9 +30,11 @@ HEAD = """# Benchmarks
 Speed and memory, each measured against a peer in the same process (the Hugging Face way, a
 naive implementation or a library) and given as a ratio. `make bench` runs them all (after
 `make repro`, whose artifacts most of them read) and writes each one's
-figures to `benchmarks/results/<name>.json`, with the machine they were taken on: compare timings
-only between runs on the same machine. A result whose code changed after it was committed is marked
-*older than the code it measures*. This page is generated from those files by
+figures to `benchmarks/results/<name>.json`, with the commit and the machine they were taken on:
+compare timings only between runs on the same machine. A result is written only when the files it
+runs are committed (else its figures are printed), and one whose code changed in a later commit is
+marked *older than the code it measures*, which fails `make test` for a CPU result (rerun it with the
+change and commit both). This page is generated from those files by
 `python benchmarks/summary.py`; run one benchmark alone with `python benchmarks/<name>.py`.
 """
 

@@ -1,6 +1,7 @@
 """benchmarks/README.md is generated from benchmarks/results/*.json, so no figure is typed twice."""
 
 import importlib.util
+import json
 import re
 import subprocess
 
@@ -56,21 +57,61 @@ def test_a_result_is_marked_older_than_the_code_it_measures_once_that_code_chang
     assert summary.changed_since(result, "b") == []
 
 
-# A duration typed in prose goes stale with the next run; the docs point at the generated tables
-# instead (the report's Run times, study.json, benchmarks/README.md). Settings (timeouts) are not run times.
+def test_every_result_names_its_commit_and_is_newer_than_the_code_it_measures(summary):
+    """Evidence cannot go stale silently: a CPU result (``make bench`` on a machine like CI's) must name the
+    commit it was taken at and no file it runs may have changed in a later commit (rerun it with the change,
+    commit both). A GPU result can only be retaken where a GPU is lent: a stale one is named in this test's
+    skip and marked in benchmarks/README.md."""
+    shallow = subprocess.run(["git", "rev-parse", "--is-shallow-repository"], capture_output=True, text=True,
+                             cwd=ROOT).stdout.strip() != "false"
+    if shallow:
+        pytest.skip("a shallow clone cannot date a result against its code")
+    stale, gpu = [], []
+    for path in sorted((ROOT / "benchmarks" / "results").glob("*.json")):
+        result = json.loads(path.read_text(encoding="utf-8"))
+        changed = summary.changed_since(path, result["benchmark"])
+        why = ("no commit recorded" if not result.get("commit") or result["commit"].endswith("-dirty")
+               else f"older than {', '.join(changed)}" if changed else None)
+        if why:
+            (gpu if result["machine"].get("gpu") else stale).append(f"{path.stem}: {why}")
+    assert stale == [], "rerun these benchmarks and commit their results with the code (make bench)"
+    if gpu:
+        pytest.skip(f"GPU results to retake on a GPU (make gpu-check): {'; '.join(gpu)}")
+
+
+# A figure typed in prose goes stale with the next run: measured durations, shares, ratios and score
+# comparisons come from generated tables instead (the report, study.json, benchmarks/README.md,
+# docs/params.md). What prose may type: settings and definitions (an objective's shares, an interval's
+# level, a gate's or a test's threshold) and published figures quoted with their source.
 DURATION = re.compile(r"\b\d+(?:\.\d+)?(?:\s*(?:-|–|to)\s*\d+(?:\.\d+)?)?"
                       r"\s*(?:min|mins|minutes?|hours?|h|s|sec|seconds?)\b")
+FIGURE = re.compile(r"(?<![\w.§/])\d+(?:\.\d+)?(?:\s*[-–]\s*\d+(?:\.\d+)?)?\s*(?:%|x\b|×)"  # shares, ratios
+                    r"|\b\d+\.\d+\s*(?:vs\.?|against|→)\s*\d+\.\d+")  # score against score
+DEFINITION = re.compile(r"\s*(?:interval|power|bands|\[MASK\]|random|kept|similar word|permuted|a same-pinyin|"
+                        r"of the maskable|of single tokens|test split|of each language|below the base|and PerLM)")
 SETTINGS = {"docs/reproducibility.md": ["within 30 s"],  # check_rendezvous's timeout (tasks/training/distributed.py)
-            "docs/running.md": ["a target of 30 minutes"]}  # the default run's target, not a measurement
+            "docs/running.md": ["a target of 30 minutes",  # the default run's target, not a measurement
+                                "the 40-50% MFU",  # NVIDIA's and MosaicML's published BERT recipes
+                                "a 4 × 512"],  # a model's shape
+            "docs/objectives.md": ["64.16 vs 63.49"],  # PERT's §6, quoted
+            "docs/statistics.md": ["rate ≤ 7%", "coverage ≥ 93%", "about 80% at",  # tests/test_statistics.py's bounds
+                                   "(5 × 3 runs"]}  # the simulated design
 
 
-def test_docs_type_no_run_time():
+def typed_figures(rel: str, text: str) -> list[str]:
+    """The durations and measured figures typed in ``text`` (file ``rel``), settings and definitions aside."""
+    for setting in SETTINGS.get(rel, []):
+        assert setting in text, f"{rel}: the allowed setting {setting!r} is gone; drop it from SETTINGS"
+        text = text.replace(setting, "")
+    return [f"{rel}: {m.group(0)!r}" for m in DURATION.finditer(text)] + \
+        [f"{rel}: {m.group(0)!r}" for m in FIGURE.finditer(text) if not DEFINITION.match(text, m.end())]
+
+
+def test_docs_type_no_run_time_or_measured_figure():
     typed = []
     for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
-        rel = path.relative_to(ROOT).as_posix()
-        text = path.read_text(encoding="utf-8")
-        for setting in SETTINGS.get(rel, []):
-            assert setting in text, f"{rel}: the allowed setting {setting!r} is gone; drop it from SETTINGS"
-            text = text.replace(setting, "")
-        typed += [f"{rel}: {m.group(0)!r}" for m in DURATION.finditer(text)]
+        typed += typed_figures(path.relative_to(ROOT).as_posix(), path.read_text(encoding="utf-8"))
     assert typed == []
+    planted = "Packing fills 81% of a sequence, 1.31x the tokens per step (F1 54.8 vs 53.7), in 12 min."
+    assert typed_figures("docs/x.md", planted) == ["docs/x.md: '12 min'", "docs/x.md: '81%'", "docs/x.md: '1.31x'",
+                                                   "docs/x.md: '54.8 vs 53.7'"]

@@ -7,8 +7,9 @@
 #   run(command="bash benchmarks/device/run.sh install .gpu/whl/hf", carry=[".gpu/whl/hf"])
 #       install the real stack (benchmarks/device/wheels.sh: Prefect, pydantic, seqeval, nltk, this
 #       repo's transformers) into .gpu/site, which the warm machine keeps for the next call;
-#   run(command="bash benchmarks/device/run.sh", carry=["data/pretraining/mlm-42", "data/recipes",
-#       "models/tokenizer", "data/downstream"])
+#   run(command="BENCH_COMMIT=<git rev-parse --short=12 HEAD, here> bash benchmarks/device/run.sh",
+#       carry=["data/pretraining/mlm-42", "data/recipes", "models/tokenizer", "data/downstream"])
+#       (that machine's copy has no git: BENCH_COMMIT is the commit its results record)
 #       1. benchmarks/gpu_check.py: the bert-base preset, pipeline loop vs BertForMaskedLM + Trainer,
 #          eager (1a, first), then torch.compile (1b, last: the slowest);
 #       2. pretrain@mlm-42 at bert-base size under torchrun (1 process), killed after its first

@@ -21,6 +21,10 @@ TASKS = ["sentiment", "lcqmc", "msra_mrc", "msra_ner"]
 SECOND = "electra"  # compared with mlm here, so that every stage downstream of pretraining sees an ELECTRA model
 # (whole word masking, the default's second objective, runs through DVC in test_objectives.py)
 MODELS = ["mlm-42", f"{SECOND}-42", "random-42"]
+# Each analysis runs on one model here (the stage's path is the same for every model; the default run
+# analyses three), and one snapshot is fine-tuned per objective: ~12 stages of this module's critical path.
+ANALYSED = {"ablation": "mlm-42", "probe": "random-42", "scalar_mix": f"{SECOND}-42"}
+SNAPSHOT = 0.5
 MIXTURES = ["natural", "resampled"]
 DATA_STAGES = ["acquire", *(f"downstream@{t}" for t in TASKS), "ingest", "segment", "tokenize", "similar_words",
                "pretraining_data@mlm-42", f"pretraining_data@{SECOND}-42", "multilingual", "vocab_extension",
@@ -28,10 +32,11 @@ DATA_STAGES = ["acquire", *(f"downstream@{t}" for t in TASKS), "ingest", "segmen
 MULTILINGUAL_STAGES = {*(f"continue_pretrain@{m}" for m in MIXTURES), "prune_vocab"}
 FINETUNE_STAGES = {*(f"finetune@{o}-42-{t}" for o in ("mlm", SECOND) for t in TASKS),
                    *(f"finetune_random@42-{t}" for t in TASKS),
-                   *(f"finetune_snapshot@{o}-42-{f}-sentiment" for o in ("mlm", SECOND) for f in (0.125, 0.25, 0.5))}
+                   *(f"finetune_snapshot@{o}-42-{SNAPSHOT}-sentiment" for o in ("mlm", SECOND))}
 CURVES_STAGES = {"curves@mlm-42", f"curves@{SECOND}-42"}
-ANALYSIS_STAGES = {f"{analysis}@{m}" for analysis in ("ablation", "probe") for m in MODELS} | \
-    {f"scalar_mix@{m}-{t}" for m in MODELS for t in ("sentiment", "msra_ner")} | {f"attributions@{SECOND}-42"}
+ANALYSIS_STAGES = {f"ablation@{ANALYSED['ablation']}", f"probe@{ANALYSED['probe']}",
+                   *(f"scalar_mix@{ANALYSED['scalar_mix']}-{t}" for t in ("sentiment", "msra_ner")),
+                   f"attributions@{SECOND}-42"}
 COMPRESSED = ["sentiment", "msra_ner", "msra_mrc"]  # compression.tasks
 COMPRESSION_STAGES = {*(f"distill@l1-{t}" for t in COMPRESSED), *(f"prune@{SECOND}-42-{t}" for t in COMPRESSED)}
 
@@ -44,6 +49,9 @@ def repo(tmp_path_factory, prefect_server):
     params["compare"] = ["mlm", SECOND]
     # every family through the analyses and compression (the default run has one task each)
     params["scalar_mix"]["tasks"] = ["sentiment", "msra_ner"]
+    for analysis, model in ANALYSED.items():
+        params[analysis]["models"] = [model]
+    params["pretrain"]["snapshots"] = [SNAPSHOT]
     params["compression"]["tasks"] = COMPRESSED
     with reproduced(repo, params, prefect_server) as (env, out):
         yield repo, env, out
@@ -62,10 +70,10 @@ def test_every_stage_runs_and_produces_its_outputs(repo):
         metrics = json.loads((repo / "metrics" / "finetune" / f"random-42-{task}.json").read_text())
         assert metrics["dev"][metric]["n"] == 2 and 0 <= metrics["dev"][metric]["mean"] <= 100
     curve = json.loads((repo / "metrics" / "curves" / "mlm-42.json").read_text())
-    assert [p["fraction"] for p in curve["points"]] == [0.125, 0.25, 0.5, 1.0]
-    assert all(p["loss"] > 0 for p in curve["points"]) and (repo / "models" / "mlm-42" / "snapshots" / "0.125").is_dir()
+    assert [p["fraction"] for p in curve["points"]] == [SNAPSHOT, 1.0]
+    assert all(p["loss"] > 0 for p in curve["points"]) and (repo / "models" / "mlm-42" / "snapshots" / "0.5").is_dir()
     pretrained = json.loads((repo / "metrics" / "pretrain" / "mlm-42.json").read_text())
-    assert [s["fraction"] for s in pretrained["snapshots"]] == [0.125, 0.25, 0.5] and pretrained["flops"] > 0
+    assert [s["fraction"] for s in pretrained["snapshots"]] == [SNAPSHOT] and pretrained["flops"] > 0
     log = (repo / "metrics" / "pretrain" / f"{SECOND}-42.csv").read_text().splitlines()
     assert log[0].startswith("step,tokens,loss") and len(log) > 2
     # ELECTRA: the discriminator loads with AutoModel, the generator beside it; equal FLOPs to mlm within a step
@@ -148,22 +156,22 @@ def test_multilingual_stages_build_resample_extend_prune_and_continue(repo):
 def test_interpretability_stages(repo):
     repo, _, _ = repo
     zones = {"cls", "sep_mid", "sep_end", "special", "diagonal", "q2q", "q2p", "p2q", "p2p"}
-    for model in MODELS:
-        ablation = json.loads((repo / "metrics" / "ablation" / f"{model}.json").read_text())
-        assert set(ablation["all_layers"]) == set(ablation["per_layer"]) == zones
-        assert set(ablation["per_head"]) == {"p2q", "p2p"}
-        assert set(ablation["per_head"]["p2p"]["layer_0"]) == {"head_0", "head_1"}
-        assert ablation["evaluation"]["evaluations"] == 1 + 9 * 2 + 2 * 2
-        finetuned = json.loads((repo / "metrics" / "finetune" / f"{model}-msra_mrc.json").read_text())
-        assert ablation["baseline"] == finetuned["runs"][0]["dev"]  # the same model as finetune's first seed
-        assert "train" not in ablation  # read back, not retrained: the summary stays in finetune's metrics
-        probe = json.loads((repo / "metrics" / "probe" / f"{model}.json").read_text())
-        for name in ("pos", "ner"):
-            assert [x["layer"] for x in probe[name]["layers"]] == [0, 1]  # embeddings + one block
-            assert all(0 <= x["accuracy"] <= 1 for x in probe[name]["layers"])
-        for task in ("sentiment", "msra_ner"):
-            mix = json.loads((repo / "metrics" / "scalar_mix" / f"{model}-{task}.json").read_text())
-            assert len(mix["layer_weights"]) == 2 and abs(sum(mix["layer_weights"]) - 1) < 1e-6
+    model = ANALYSED["ablation"]
+    ablation = json.loads((repo / "metrics" / "ablation" / f"{model}.json").read_text())
+    assert set(ablation["all_layers"]) == set(ablation["per_layer"]) == zones
+    assert set(ablation["per_head"]) == {"p2q", "p2p"}
+    assert set(ablation["per_head"]["p2p"]["layer_0"]) == {"head_0", "head_1"}
+    assert ablation["evaluation"]["evaluations"] == 1 + 9 * 2 + 2 * 2
+    finetuned = json.loads((repo / "metrics" / "finetune" / f"{model}-msra_mrc.json").read_text())
+    assert ablation["baseline"] == finetuned["runs"][0]["dev"]  # the same model as finetune's first seed
+    assert "train" not in ablation  # read back, not retrained: the summary stays in finetune's metrics
+    probe = json.loads((repo / "metrics" / "probe" / f"{ANALYSED['probe']}.json").read_text())
+    for name in ("pos", "ner"):
+        assert [x["layer"] for x in probe[name]["layers"]] == [0, 1]  # embeddings + one block
+        assert all(0 <= x["accuracy"] <= 1 for x in probe[name]["layers"])
+    for task in ("sentiment", "msra_ner"):
+        mix = json.loads((repo / "metrics" / "scalar_mix" / f"{ANALYSED['scalar_mix']}-{task}.json").read_text())
+        assert len(mix["layer_weights"]) == 2 and abs(sum(mix["layer_weights"]) - 1) < 1e-6
     attributions = json.loads((repo / "metrics" / "attributions" / f"{SECOND}-42.json").read_text())
     assert attributions["examples"] and all(len(e["tokens"]) == len(e["attributions"])
                                             for e in attributions["examples"])
