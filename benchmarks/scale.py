@@ -96,6 +96,7 @@ sys.path.insert(0, str(ROOT))
 
 from tasks.core import paths  # noqa: E402
 from tasks.orchestration.prefect_server import prefect_server  # noqa: E402
+from tasks.pretraining.recipe import write_choice  # noqa: E402
 
 from results import write_results  # noqa: E402  (benchmarks/results.py; scripts run from their folder)
 
@@ -344,6 +345,9 @@ def main() -> None:
                                       f"{fig['chars_per_sec']:,} chars/s, {fig['peak_rss_mb']:.0f} MiB", flush=True)
                     write_params(folder, params)
                 if k == scales[0] and args.pretrain_tokens and "pretraining_data" in stages:
+                    # the recipe stage sweep@mlm writes when params declare no sweep.settings (the default run's)
+                    (folder / paths.RECIPES).mkdir(parents=True, exist_ok=True)
+                    write_choice(folder / paths.RECIPES / "mlm.json", "params", {})
                     for nproc in (1, 2):
                         write_params(folder, params, nproc=nproc)
                         run_env = {**env, "OMP_NUM_THREADS": str(2 // nproc)}
