@@ -85,8 +85,8 @@ def bigram(tokenizer, unigram: np.ndarray, ids: np.ndarray, offsets: np.ndarray,
     prior = 0.1 * np.exp(np.where(np.isfinite(unigram), unigram, -np.inf)) * 100
     skip = set(tokenizer.all_special_ids)
     correct = loss = n = 0
-    for input_ids, _, rows, cols, labels, _ in _masked_batches(ids, offsets, **masks, batch_size=32,
-                                                               device=torch.device("cpu")):
+    for input_ids, _, rows, cols, labels, _, _ in _masked_batches(ids, offsets, **masks, batch_size=32,
+                                                                  device=torch.device("cpu")):
         x = input_ids.numpy()
         for r, c, y in zip(rows.tolist(), cols.tolist(), labels.tolist()):
             score = unigram.copy()
