@@ -11,7 +11,7 @@ from typing import Iterator
 
 import yaml
 
-from tests.e2e.trace_site.params_trace import ENV as PARAMS_TRACE, PRETRAIN_ONLY, compare as compare_params
+from tests.e2e.trace_site.params_trace import ENV as PARAMS_TRACE, IMPLIED, PRETRAIN_ONLY, compare as compare_params
 from tests.conftest import ROOT
 
 
@@ -59,7 +59,7 @@ def params_problems(repo: Path) -> dict[str, tuple[list[str], list[str]]]:
     for name, stage in yaml.safe_load((repo / "dvc.lock").read_text(encoding="utf-8"))["stages"].items():
         if any(dep["path"] == "params.yaml" for dep in stage.get("deps", [])):
             continue
-        unread_ok = {f"objectives.{name.split('@')[1].rsplit('-', 1)[0]}.{key}" for key in PRETRAIN_ONLY} \
+        unread_ok = {f"objectives.{name.split('@')[1].rsplit('-', 1)[0]}.{key}" for key in PRETRAIN_ONLY + IMPLIED} \
             if name.startswith("pretraining_data@") else set()
         if name.startswith(("sweep@", "pretrain@")):  # a pretrain knob every sweep setting overrides is not read
             settings = [set(s) for s in raw["sweep"]["settings"].values()]

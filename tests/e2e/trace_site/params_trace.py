@@ -144,6 +144,9 @@ NEUTRAL = ("executor",)
 # nor a key an objective leaves out; so an edit of these reruns that objective's data stage too,
 # whose bytes they never change (seconds of work), and nothing after it that they do not touch.
 PRETRAIN_ONLY = ("sbo", "rtd", "budget", "permutation.space", "permutation.targets")
+# The keep share, which the masking never reads: it is what the other shares leave (params check that
+# they sum to 1), so it changes only with one of them.
+IMPLIED = ("replacement.keep",)
 
 
 def compare(declared: set[str], read: set[str], raw: dict, unread_ok: set[str] = frozenset()
