@@ -2,7 +2,10 @@
 ``finetune_baseline@<model>-<task>`` and ``finetune_snapshot@...``: fine-tune one model
 (:func:`tasks.core.paths.model_dir`) on one downstream task with every fine-tuning seed (side by side on CPU:
 ``finetune.seed_workers``); per-seed scores, their summary, predictions and models
-(:mod:`tasks.downstream.finetuned`) in ``results/finetune/<model>-<task>``."""
+(:mod:`tasks.downstream.finetuned`) in ``results/finetune/<model>-<task>``, the per-example test outcomes in
+``metrics/outcomes/<model>-<task>.parquet`` (:mod:`tasks.downstream.outcomes`). With ``finetune.learning_rate_scales``
+of more than one value, each learning rate of that grid is fine-tuned with every seed and the one with the best mean
+dev score is kept (its scores, predictions and models; every setting's dev score in the metrics)."""
 
 import sys
 import time
@@ -17,8 +20,9 @@ from tasks.core.metrics.downstream import FinetuneMetrics
 from tasks.core.model_dir import check_weights, load_tokenizer
 from tasks.core.params import load_params
 from tasks.downstream.families import FAMILIES, load_task_data
-from tasks.downstream.finetune import run_seed, summarize
+from tasks.downstream.finetune import learning_rate_grid, run_seed, summarize
 from tasks.downstream.finetuned import write_finetuned
+from tasks.downstream.outcomes import counts, write_outcomes
 from tasks.training.distributed import join_process_group, run_training_stage
 from tasks.training.seeds import map_seeds
 
@@ -36,22 +40,32 @@ def finetune(model_name: str, task_name: str) -> None:
     encoding = {s: d.stats for s, d in data.items() if getattr(d, "stats", None)}
     ranks, device = join_process_group(cfg.device, "finetune.device")  # one DDP rank per process under torchrun
     t0 = time.perf_counter()
-    seed_run = partial(run_seed, family, model_dir, labels, data, tables, training, spec.metrics,
-                       device=device, ranks=ranks)
-    results = map_seeds(seed_run, cfg.seeds, cfg.seed_workers, device, "finetune", ranks)
+    searched = {}  # each learning rate of the search: every seed's (scores, predictions, model)
+    for setting in learning_rate_grid(training, cfg.learning_rate_scales):
+        seed_run = partial(run_seed, family, model_dir, labels, data, tables, setting, spec.metrics,
+                           device=device, ranks=ranks)
+        searched[setting.learning_rate] = (setting, map_seeds(seed_run, cfg.seeds, cfg.seed_workers, device,
+                                                              "finetune", ranks))
     wall = round(time.perf_counter() - t0, 2)
     if not ranks.is_main:  # rank 0 evaluates and writes the outputs
         return
+    headline = spec.metrics[0]
+    dev = {lr: summarize([r["dev"][headline] for r, _, _ in results])["mean"] for lr, (_, results) in searched.items()}
+    training, results = searched[max(dev, key=dev.get)]  # the first of the best on dev (never test)
     runs = [result for result, _, _ in results]
     summary = {split: {m: summarize([r[split][m] for r in runs]) for m in spec.metrics} for split in ("dev", "test")}
-    metrics = {"model": model_name, "task": task_name, "family": spec.family, "headline": spec.metrics[0],
+    metrics = {"model": model_name, "task": task_name, "family": spec.family, "headline": headline,
                "seeds": cfg.seeds, "seed_workers": cfg.seed_workers, "wall_sec": wall, "encoding": encoding,
-               "training": training.model_dump(), "runs": runs, **summary}
+               "training": training.model_dump(), "runs": runs, **summary,
+               **({"search": [{"learning_rate": lr, "dev": d} for lr, d in dev.items()]} if len(dev) > 1 else {})}
+    outcomes = {seed: counts(spec.family, headline, tables["test"], predictions["test"])
+                for seed, (_, predictions, _) in zip(cfg.seeds, results)}
     name = paths.finetune_name(model_name, task_name)
-    with atomic_outputs(paths.PREDICTIONS / name, paths.stage_metrics("finetune", name)) as (out, metrics_file):
+    with atomic_outputs(paths.PREDICTIONS / name, paths.stage_metrics("finetune", name),
+                        paths.stage_metrics("outcomes", name, ".parquet")) as (out, metrics_file, outcomes_file):
         write_finetuned(out, cfg.seeds, results)
         write_metrics(metrics_file, FinetuneMetrics(**metrics))
-
+        write_outcomes(outcomes_file, spec.family, headline, outcomes)
 
 if __name__ == "__main__":
     run_training_stage(finetune, *sys.argv[1:], device="finetune.device")

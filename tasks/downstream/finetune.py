@@ -152,6 +152,14 @@ def predict(model: torch.nn.Module, data: Batches, *, batch_size: int, device: t
     return result
 
 
+def learning_rate_grid(training, scales: list[float]) -> list:
+    """``training`` once per learning rate of the search ``scales`` x its ``learning_rate`` (6 significant
+    digits), in the order of ``scales``: the grid a model's fine-tuning learning rate is chosen from on dev, as
+    BERT chose one of a few per task (Devlin et al. 2019, §4.1). ``training``: a
+    :class:`tasks.core.params.Training`."""
+    return [training.model_copy(update={"learning_rate": float(f"{training.learning_rate * s:.6g}")}) for s in scales]
+
+
 def summarize(values: list[float]) -> dict[str, float]:
     """``mean``, ``std`` (sample, ddof=1; 0 for one run), ``max``, ``min`` and ``n`` of per-seed scores."""
     arr = np.asarray(values, dtype=np.float64)

@@ -14,8 +14,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import pyarrow.parquet as pq
-
 from tasks.core.metrics.compression import DistillMetrics
 from tasks.core.metrics.downstream import FinetuneMetrics
 from tasks.core.metrics.multilingual import ContinuePretrainMetrics
@@ -74,27 +72,22 @@ def procedures(params) -> dict[str, dict]:
             **{b: {b: b} for b in params.finetune.baselines}}
 
 
-def load_outcomes(params, metrics: Path, predictions: Path, data: Path) -> dict[tuple[str, str], Outcomes]:
-    """``(procedure, task) -> Outcomes`` of the headline metric on the test split, for the
-    procedures whose every model has been fine-tuned on the task (same fine-tuning seeds)."""
+def load_outcomes(params, metrics: Path) -> dict[tuple[str, str], Outcomes]:
+    """``(procedure, task) -> Outcomes`` of the headline metric on the test split (the per-example counts
+    finetune wrote under ``metrics/outcomes/``), for the procedures whose every model has been fine-tuned
+    on the task (same fine-tuning seeds)."""
     found = {}
     for procedure, models in procedures(params).items():
         for task in params.finetune.tasks:
             runs = [load_metrics(metrics / "finetune" / f"{m}-{task}.json", FinetuneMetrics) for m in models.values()]
             if not all(runs):
                 continue
-            split = pq.read_table(data / task / "test.parquet")
-            family, headline, seeds = runs[0].family, runs[0].headline, tuple(r.seed for r in runs[0].runs)
-            cells, metric = [], None
-            for model in models.values():
-                per_seed = []
-                for s in seeds:
-                    c, metric = run_counts(family, headline, split, predictions / f"{model}-{task}", s)
-                    per_seed.append(c)
-                cells.append(per_seed)
+            seeds = [r.seed for r in runs[0].runs]
+            cells = [run_counts(metrics / "outcomes" / f"{m}-{task}.parquet", seeds) for m in models.values()]
+            metric, family = cells[0][1], cells[0][2]
             scale = 1.0 if family == "mrc" else 100.0  # everything in percentage points
-            found[procedure, task] = Outcomes(np.asarray(cells), lambda sums, m=metric, k=scale: k * m(sums),
-                                              tuple(models), seeds)
+            found[procedure, task] = Outcomes(np.asarray([c for c, _, _ in cells]),
+                                              lambda sums, m=metric, k=scale: k * m(sums), tuple(models), tuple(seeds))
     return found
 
 

@@ -54,7 +54,7 @@ def build_report(params: Params, figures: Path, report_dir: Path = paths.REPORTS
     figures.mkdir(parents=True, exist_ok=True)
     metrics, models, tasks = inputs.metrics, params.finetune_models, params.finetune.tasks
     results = finetune_results(metrics, models, tasks)
-    outcomes = load_outcomes(params, metrics, inputs.predictions, inputs.data)
+    outcomes = load_outcomes(params, metrics)
     if variance is not None:
         write_json(variance, variance_components(params, outcomes))
     prov = provenance()

@@ -26,6 +26,7 @@ MODELS = ["mlm-42", f"{SECOND}-42", "random-42"]
 # rank correlation): 10 stages fewer on this module's critical path.
 ANALYSED = {"ablation": "mlm-42", "probe": "random-42", "scalar_mix": f"{SECOND}-42"}
 SNAPSHOTS = [0.25, 0.5]
+SCALES = [1.0, 2.0]
 MIXTURES = ["natural", "resampled"]
 DATA_STAGES = ["acquire", *(f"downstream@{t}" for t in TASKS), "ingest", "segment", "tokenize", "similar_words",
                "pretraining_data@mlm-42", f"pretraining_data@{SECOND}-42", "multilingual", "vocab_extension",
@@ -54,6 +55,7 @@ def repo(tmp_path_factory, prefect_server):
         params[analysis]["models"] = [model]
     params["pretrain"]["snapshots"] = SNAPSHOTS
     params["compression"]["tasks"] = COMPRESSED
+    params["finetune"]["learning_rate_scales"] = SCALES  # the study's recipe search, at two settings
     with reproduced(repo, params, prefect_server) as (env, out):
         yield repo, env, out
 
@@ -103,6 +105,25 @@ def test_every_stage_runs_and_produces_its_outputs(repo):
                                                         "bert_vocab", "udhr", "cantonese", "korean",
                                                         "uyghur_proverbs"}
     assert all(len(e["sha256"]) == 64 and e["bytes"] > 0 for e in manifest["files"])
+
+
+def test_finetune_chooses_its_learning_rate_on_dev_and_its_outcomes_give_its_test_scores(repo):
+    """Each fine-tuned model keeps the learning rate of the grid with the best mean dev score (never test), and
+    the per-example outcomes it wrote (what the report's statistics and the study's units read) give back each
+    seed's test headline score."""
+    from tasks.report.outcomes import run_counts
+
+    repo, _, _ = repo
+    for file in sorted((repo / "metrics" / "finetune").glob("*.json")):
+        m = json.loads(file.read_text())
+        assert [p["learning_rate"] for p in m["search"]] == [0.001 * s for s in SCALES], file.name
+        best = max(m["search"], key=lambda p: p["dev"])
+        assert m["training"]["learning_rate"] == best["learning_rate"] and m["dev"][m["headline"]]["mean"] == best["dev"]
+        seeds = [r["seed"] for r in m["runs"]]
+        c, metric, family = run_counts(repo / "metrics" / "outcomes" / f"{file.stem}.parquet", seeds)
+        assert family == m["family"] and len(c) == len(seeds)
+        for run, score in zip(m["runs"], metric(c.sum(1))):
+            assert score == pytest.approx(run["test"][m["headline"]], abs=1e-9), file.name
 
 
 def test_each_stage_declares_exactly_the_params_it_reads(repo):

@@ -46,7 +46,7 @@ def comparison(repo, monkeypatch) -> str:
     """The report's objective comparison table of the run in ``repo``."""
     monkeypatch.chdir(repo)
     params = load_params()
-    outcomes = load_outcomes(params, repo / "metrics", repo / "results" / "finetune", repo / "data" / "downstream")
+    outcomes = load_outcomes(params, repo / "metrics")
     return comparison_section(params, {k: v for k, v in outcomes.items() if k[0] != "random"})
 
 

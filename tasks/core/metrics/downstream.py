@@ -134,6 +134,15 @@ class FinetuneRun(Record):
         return {"dev": self.dev, "test": self.test}[split]
 
 
+class SearchPoint(Record):
+    """One learning rate of finetune's search (``finetune.learning_rate_scales``)."""
+
+    learning_rate: float
+    """The peak learning rate searched (AdamW, per step)."""
+    dev: float
+    """The headline metric on dev, mean over the fine-tuning seeds (what the choice is made on)."""
+
+
 class FinetuneMetrics(Metrics):
     """Stage ``finetune@<model>-<task>``: per-seed runs and their summary per split and metric."""
 
@@ -152,6 +161,9 @@ class FinetuneMetrics(Metrics):
     """Split -> what encoding counted (NER truncation, MRC answers no window holds);
     absent in runs from before it was written."""
     training: Training
+    """The recipe the runs used (under a search, the chosen learning rate)."""
+    search: list[SearchPoint] = absent()
+    """Every learning rate searched, in grid order (absent without a search)."""
     runs: list[FinetuneRun]
     dev: dict[str, SeedSummary]
     """Metric -> its summary over the seeds."""

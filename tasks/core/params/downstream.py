@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, NonNegativeInt, PositiveInt, model_validator
+from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt, model_validator
 
 from tasks.core.params.base import INFRASTRUCTURE, Device, _Strict
 
@@ -142,6 +142,16 @@ class Finetune(_Strict):
     device: Device = Field(description="auto (CUDA when present, else CPU), cpu, cuda, cuda:<n> or mps",
                            json_schema_extra=INFRASTRUCTURE)
     training: Training = Field(description="the knobs of every task; tasks.<name>.training overrides them")
+    learning_rate_scales: list[PositiveFloat] = Field(
+        min_length=1, description="the grid each model's fine-tuning learning rate is chosen from on dev, as multiples "
+        "of its recipe's (finetune.training, the task's, a hub model's own): every value is fine-tuned with every "
+        "seed and the best mean dev headline score is kept (BERT, Devlin et al. 2019, §4.1); [1.0]: no search")
+
+    @model_validator(mode="after")
+    def _distinct_scales(self) -> "Finetune":
+        if len(set(self.learning_rate_scales)) != len(self.learning_rate_scales):
+            raise ValueError(f"learning_rate_scales: {self.learning_rate_scales} repeats a value")
+        return self
 
     def for_task(self, task: DownstreamTask, model: HubModel | None = None) -> Training:
         """The knobs for ``task``: :attr:`training` with the task's overrides, then (a published
