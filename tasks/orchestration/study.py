@@ -1,32 +1,21 @@
-"""``make study``, ``make compare`` and ``make full``: the pipeline under other params as one DVC
-experiment, kept as an experiment (shareable with ``dvc exp push``), and its report copied into
+"""``make study``, ``make compare`` and ``make full``: the pipeline under other params, its report in
 ``reports/<which>/`` (committed).
 
-The experiment is the default run with the params of :data:`STUDIES` (``study``: more pretraining
-seeds, MacBERT's Mac and ELECTRA at MLM's compute, the snapshots fine-tuned, each objective's
-learning rate swept; ``compare``: every objective of ``params.yaml``, one pretraining seed;
-``full``: the default run at its earlier, larger scale); DVC reruns only what they change and takes the
-rest from its cache. It runs in a temporary workspace (``dvc exp run --temp``), so the user's
-workspace, committed or not, is never touched; it refuses to start when tracked files have
-uncommitted changes (the experiment would silently include them). Afterwards ``reports/<which>/``
-holds the experiment's ``report.md``, ``report.html``, ``figures/``, ``variance.json`` and
-``metrics/``, read from the experiment through DVC's own file system, ``study.json`` (experiment
-name, params, wall time, the stages that ran) and the MDE planner's ``plan.md`` for a 1-point MDE
-(:mod:`tasks.report.planner`). If the experiment fails, ``reports/<which>/`` is left as it was.
+``study`` (5 pretraining seeds of MLM, WWM, MacBERT's Mac and ELECTRA at MLM's compute, and random init,
+each objective's pretraining learning rate swept and every model's fine-tuning learning rate chosen on
+dev) and ``compare`` (every objective of ``params.yaml``, one seed) run as **units whose results live in
+git** (:mod:`tasks.orchestration.units`): the study prints its plan (each unit, done or its estimated
+minutes, and ``N of M units done``), runs the units not yet committed for the current code and params
+(``--workers N`` at once), and when all are done builds the report from the committed units alone
+(``reports/<which>/report.md``, ``variance.json``, the MDE planner's ``plan.md``, ``study.json``: units,
+minutes, commits). So it stops and resumes across sessions and machines: commit ``reports/<which>/``
+after a stop, and the next ``make study`` on a fresh clone runs only what is missing.
 
-**Several workers** (``--workers N``, ``make study WORKERS=N``): the study is cut into units of
-independent work, one per pretraining seed (every compared objective's data, pretraining, curves and
-fine-tunings for that seed), each a DVC experiment of its own run by DVC's experiment queue (``dvc
-exp run --queue``, ``dvc queue start --jobs N``: each in a temporary workspace, all sharing the
-cache). A pretraining pins its intra-op threads (``pretrain.threads``), so no result depends on
-``N``; ``N`` x ``pretrain.threads`` over the cores thrashes, which the study says before it starts.
-The unit of ``sweep.seed`` runs first, alone, since every unit's sweeps train on its data; the
-others then run ``N`` at once. Each stage a unit ran is in DVC's run cache, so the final experiment
-with every seed (the one the report comes from) finds every stage done and runs only the report. A
-unit killed mid-stage leaves nothing behind (DVC removes its temporary workspace); rerunning the
-study queues it again and it takes what it finished from the run cache. On several machines the run
-cache travels through the DVC remote (``dvc push --run-cache`` / ``dvc pull --run-cache``):
-docs/running.md.
+``full`` (the default run at its earlier, larger scale: every stage, not unit-shaped) is one DVC
+experiment in a temporary workspace (``dvc exp run --temp``), kept as an experiment and its report copied
+into ``reports/full/``; DVC reruns only what its params change and takes the rest from its cache.
+
+Each refuses to start when tracked files have uncommitted changes (the run would not be the commit's).
 
 Usage::
 
@@ -39,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -47,14 +35,14 @@ import sys
 import tempfile
 import time
 from contextlib import contextmanager
-from functools import partial
 from pathlib import Path
 
 from tasks.core import paths
 from tasks.core.io import atomic_outputs, to_json
-from tasks.core.lifetime import die_with_parent
 from tasks.core.params import PARAMS_FILE, Params, ParamsError, load_params
 from tasks.orchestration.progress import ran_stages
+from tasks.orchestration.units import (WORKSPACES, Unit, _run, done, estimate_minutes, plan_units, read_unit,
+                                       run_units, workspace)
 from tasks.report.planner import main as plan
 
 # each objective's learning rate chosen on held-out dev text (stage sweep@<objective>); the default run has none
@@ -63,7 +51,8 @@ STUDIES = {
     "study": {
         "compare": "[mlm,wwm,mac,electra]",  # electra: at MLM's model FLOPs (its budget: mlm_flops)
         "pretrain.seeds": "[42,43,44,45,46]",
-        "curves.tasks": "[msra_ner]",
+        # every model's fine-tuning learning rate (random init's and the reference row's included) chosen on dev
+        "finetune.learning_rate_scales": "[0.3,1.0,3.0]",
         **SWEEP,
     },
     "compare": {"compare": lambda: f"[{','.join(load_params().objectives)}]"},  # one seed: about those checkpoints
@@ -88,6 +77,7 @@ STUDIES = {
         "compression.latency_repeats": "50",
     },
 }
+UNITS = ("study", "compare")  # run as units whose results live in git; full as one experiment
 COPIED = ("reports/report.md", "reports/report.html", "reports/figures", "reports/variance.json", "metrics")
 
 
@@ -96,30 +86,6 @@ def uncommitted() -> list[str]:
     out = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True,
                          check=True).stdout
     return [line[3:] for line in out.splitlines() if line.strip()]
-
-
-def _run(cmd: list[str], log, env: dict | None = None) -> str:
-    """Run ``cmd`` (in ``os.environ`` updated with ``env``), echoing its output to ``log`` as it comes; its output.
-
-    Raises:
-        SystemExit: the command failed (its status).
-    """
-    # the command dies with the study (a terminated `make study` left `dvc exp run` and its stage running)
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env={**os.environ, **(env or {})},
-                            preexec_fn=partial(die_with_parent, signal.SIGTERM, os.getpid()))
-    lines = []
-    try:
-        for line in proc.stdout:
-            log.write(line)
-            lines.append(line)
-    except BaseException:  # stopped (Ctrl-C, SIGTERM): the command goes first, then its workspace (left_behind)
-        proc.terminate()
-        proc.wait()
-        raise
-    if proc.wait():
-        raise SystemExit(proc.returncode)
-    return "".join(lines)
 
 
 EXP_TEMPS = Path(".dvc/tmp/exps/standalone")  # where `dvc exp run --temp` makes its workspace
@@ -153,15 +119,6 @@ def copy_experiment(name: str, out: Path) -> None:
     out.mkdir(parents=True)
     for path in COPIED:
         fs.get(path, str(out / Path(path).name), recursive=fs.isdir(path))
-
-
-def units(params: dict, sweep_seed: int) -> list[dict]:
-    """The study's params cut into one set per pretraining seed (``sweep.seed``'s first, since the others'
-    sweeps train on its data; each other unit keeps it among its seeds, which the run cache then serves)."""
-    seeds = [int(x) for x in params["pretrain.seeds"].strip("[]").split(",")]
-    ordered = [sweep_seed] + [s for s in seeds if s != sweep_seed]
-    return [{**params, "pretrain.seeds": f"[{sweep_seed}]" if s == sweep_seed else f"[{sweep_seed},{s}]"}
-            for s in ordered]
 
 
 def _flags(params: dict) -> list[str]:
@@ -198,31 +155,6 @@ def check_params(params: dict) -> Params:
                               f"{' -S '.join(overrides)})") from None
 
 
-def run_units(name: str, params: dict, workers: int, log) -> str:
-    """Run :func:`units` through DVC's experiment queue, ``workers`` at once (the first alone); the
-    output of the runs. Raises SystemExit when a unit failed (naming it and where its log is)."""
-    first, *rest = units(params, load_params().sweep.seed)
-    out = _run(["dvc", "exp", "run", "--temp", "--name", f"{name}-unit-1", *_flags(first)], log)
-    for i, unit in enumerate(rest, start=2):
-        _run(["dvc", "exp", "run", "--queue", "--name", f"{name}-unit-{i}", *_flags(unit)], log)
-    # The units side by side share the cores: each gets its share of threads for what does not pin its own (torch
-    # reads OMP_NUM_THREADS at start; pretraining pins pretrain.threads, which its result depends on).
-    threads = max(1, len(os.sched_getaffinity(0)) // workers)
-    _run(["dvc", "queue", "start", "--jobs", str(workers)], log, env={"OMP_NUM_THREADS": str(threads)})
-    while True:
-        status = subprocess.run(["dvc", "queue", "status"], capture_output=True, text=True).stdout
-        if not re.search(r"\b(Queued|Running)\b", status):
-            break
-        time.sleep(10)
-    failed = [line.split()[1] for line in status.splitlines() if " Failed" in line and f"{name}-unit-" in line]
-    if failed:
-        print(f"study: unit(s) {', '.join(failed)} failed: `dvc queue logs <name>` says why; rerun the study to "
-              "finish them (what they finished is in the run cache)", file=sys.stderr)
-        raise SystemExit(1)
-    return out + "".join(subprocess.run(["dvc", "queue", "logs", f"{name}-unit-{i}"], capture_output=True,
-                                        text=True).stdout for i in range(2, len(rest) + 2))
-
-
 def _positive(text: str) -> int:
     """``--workers``: a whole number of at least 1 (0 ran as 1 worker)."""
     if not text.isdigit() or int(text) < 1:
@@ -230,10 +162,67 @@ def _positive(text: str) -> int:
     return int(text)
 
 
+def plan_text(which: str, units: list[Unit], state: dict[str, bool], study: Path, params: Params) -> str:
+    """The study's plan before it starts: each unit, done or its estimated minutes, and the total."""
+    rows, todo = [], 0.0
+    for u in units:
+        minutes = estimate_minutes(u, study, units, params)
+        todo += 0.0 if state[u.name] else minutes
+        rows.append(f"  {u.name:<24} {len(u.stages):>3} stages  " + ("done" if state[u.name] else f"~{minutes:.0f} min"))
+    n = sum(state.values())
+    return "\n".join([f"{which}: {n} of {len(units)} units done; the rest about {todo / 60:.1f} h on this machine",
+                      *rows])
+
+
+def report(which: str, study: Path, units: list[Unit], params_text: str, wall: float) -> None:
+    """The study's report from its committed units alone (``study/metrics``), with ``params.yaml`` (the
+    study's params), ``variance.json``, ``study.json`` (each unit's minutes, commit and machine) and the MDE
+    planner's plan for a 1-point MDE; each written atomically."""
+    from tasks.report.html import to_html
+    from tasks.report.report import TITLE, Inputs, build_report
+
+    with atomic_outputs(study / "params.yaml") as (tmp,):
+        tmp.write_text(params_text, encoding="utf-8")
+    params = load_params(study / "params.yaml")
+    records = {u.name: read_unit(study, u) for u in units}
+    inputs = Inputs(metrics=study / "metrics", predictions=None, attributions=study / "attributions",
+                    params_file=study / "params.yaml")
+    with atomic_outputs(study / "report.md", study / "report.html", study / "figures", study / "variance.json",
+                        study / "study.json") as (md, html, figures, variance, summary):
+        text = build_report.fn(params, figures, study, inputs, variance=variance)
+        md.write_text(text, encoding="utf-8")
+        html.write_text(to_html(text.replace("](figures/", f"]({figures.name}/"), study, f"{TITLE}: {which}"),
+                        encoding="utf-8")
+        summary.write_text(to_json({
+            "study": which, "units": len(units), "this_run_wall_sec": round(wall, 1),
+            "unit_minutes": round(sum(r["wall_sec"] for r in records.values()) / 60, 1),
+            "by_unit": {n: {k: r[k] for k in ("kind", "wall_sec", "prefix_sec", "commit", "finished", "machine")}
+                        for n, r in records.items()}}), encoding="utf-8")
+    plan([str(study), "--target", "1.0"])
+
+
+def run_study(which: str, params: dict, checked: Params, workers: int, study: Path) -> int:
+    """:mod:`tasks.orchestration.units`: print the plan, run the units not done, and when all are done build
+    the report from the committed ones. 0 when the report was built."""
+    overrides, units = _flags(params)[1::2], plan_units(checked)
+    with left_behind_removed():
+        with workspace(WORKSPACES / f"{which}-check", study, overrides, units) as check:
+            params_text = (check / "params.yaml").read_text(encoding="utf-8")
+            state = done(check, study, units)
+    print(plan_text(which, units, state, study, checked), flush=True)
+    todo = [u for u in units if not state[u.name]]
+    t0 = time.time()
+    with left_behind_removed():
+        run_units(study, todo, units, overrides, workers, sys.stdout, which)
+    report(which, study, units, params_text, time.time() - t0)
+    print(f"{which}: {len(units)} of {len(units)} units done; report, metrics and plan in {study}/ (commit them)")
+    return 0
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="study", description="make study / compare / full (module docstring)")
     parser.add_argument("which", nargs="?", choices=list(STUDIES), default="study")
-    parser.add_argument("--workers", type=_positive, default=1, help="units of work at once (DVC's experiment queue)")
+    parser.add_argument("--workers", type=_positive, default=1, help="units of work at once (study and compare)")
     parser.add_argument("--out", type=Path, help="where the report goes (default: reports/<which>)")
     parser.add_argument("-S", dest="overrides", action="append", default=[],
                         help="key=value: the study's params changed (every unit gets it), e.g. a reduced study; "
@@ -250,26 +239,28 @@ def main(argv: list[str]) -> int:
         print(f"study: {len(dirty)} tracked file(s) have uncommitted changes ({', '.join(dirty[:5])}); commit or "
               "stash them first: the study's experiment would include them", file=sys.stderr)
         return 2
-    name = time.strftime(f"{which}-%Y%m%d-%H%M%S")
     params = {**{k: v() if callable(v) else v for k, v in STUDIES[which].items()}, **overrides}
     try:
-        threads, cores = check_params(params).pretrain.threads, len(os.sched_getaffinity(0))
+        checked = check_params(params)
     except ParamsError as exc:
         print(f"study: {exc}", file=sys.stderr)
         return 2
+    threads, cores = checked.pretrain.threads, len(os.sched_getaffinity(0))
     if workers > 1 and (threads or cores) * workers > cores:  # measured: 2 x 2 threads on 2 cores, 1.74x slower
         print(f"study: {workers} workers x pretrain.threads {threads or cores} > {cores} cores: the pretrainings "
               f"side by side will thrash; -S pretrain.threads={max(1, cores // workers)} fits them (its models then "
               "differ from the default run's in their last bits, so its cache serves them no longer)", file=sys.stderr)
+    if which in UNITS:
+        return run_study(which, params, checked, workers, out_dir)
+    name = time.strftime(f"{which}-%Y%m%d-%H%M%S")
     t0 = time.time()
     with left_behind_removed():
-        out = run_units(name, params, workers, sys.stdout) if workers > 1 and "pretrain.seeds" in params else ""
-        out += _run(["dvc", "exp", "run", "--temp", "--name", name, *_flags(params), *argv], sys.stdout)
+        out = _run(["dvc", "exp", "run", "--temp", "--name", name, *_flags(params), *argv], sys.stdout)
     wall = time.time() - t0
     with atomic_outputs(out_dir) as (folder,):
         copy_experiment(name, folder)
         (folder / "study.json").write_text(to_json({
-            "experiment": name, "params": params, "workers": workers, "wall_sec": round(wall, 1),
+            "experiment": name, "params": params, "wall_sec": round(wall, 1),
             "stages_run": sorted(ran_stages(out))}), encoding="utf-8")
     plan([str(out_dir), "--target", "1.0"])
     print(f"{which}: {wall / 3600:.2f} h; experiment {name} (dvc exp show; dvc exp push <remote> {name}); report, "

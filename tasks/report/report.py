@@ -38,7 +38,8 @@ class Inputs:
     """Where the report reads from (the pipeline's paths unless a test says otherwise)."""
 
     metrics: Path = paths.METRICS
-    predictions: Path = paths.PREDICTIONS
+    predictions: Path | None = paths.PREDICTIONS
+    """None: no predictions at hand (a study's report, from its committed units): no wrong-prediction examples."""
     data: Path = paths.DOWNSTREAM
     attributions: Path = paths.ATTRIBUTIONS
     params_file: Path = Path(PARAMS_FILE)  # shown verbatim, comments included
@@ -67,7 +68,7 @@ def build_report(params: Params, figures: Path, report_dir: Path = paths.REPORTS
         curves=curves_section(params, metrics, figures),
         comparison=comparison_section(params, outcomes),
         finetune=finetune_section(results, models, tasks, figures),
-        errors=errors_section(results, models, tasks, inputs.predictions, inputs.data),
+        errors=errors_section(results, models, tasks, inputs.predictions, inputs.data) if inputs.predictions else "",
         multilingual=multilingual_section(metrics, list(params.multilingual.mixtures), figures),
         interpretability=interpretability_section(params, metrics, inputs.attributions, figures, report_dir),
         compression=compression_section(metrics, params.compression.tasks, list(params.compression.students),

@@ -1,0 +1,312 @@
+"""A study as units of work whose results live in git: what ``make study`` and ``make compare`` run.
+
+A **unit** is a set of stages of ``dvc.yaml`` that one pretraining seed of one procedure needs and no
+other unit shares (:func:`plan_units`): an objective's recipe (``recipe-<objective>``: its sweep and the
+data it sweeps on), one pretraining seed of an objective (``<objective>-<seed>``: its data, pretraining,
+held-out curves with the gates at each snapshot, its fine-tunings), random init under a seed
+(``random-<seed>``) and a published baseline (``<model>``: its fine-tunings). What every unit reads
+(corpus, tokenizer, task splits, the code fingerprints) is the *prefix*, rebuilt by DVC on each machine.
+
+A finished unit leaves small files in the study's folder (``reports/<study>/``), to be committed:
+
+- ``units/<unit>.yaml``: DVC's lock entry of each of its stages (the md5 of every dep, the params it
+  read, its outs), the commit and machine it ran on and its wall time;
+- its git-sized outputs at their pipeline paths: the stages' ``cache: false`` outs (``metrics/...``:
+  pretraining log and gates, curves, fine-tuning scores and per-example test outcomes) and the
+  recipe a sweep chose (``data/recipes/<objective>.json``); models stay out of git.
+
+**Whether a unit is done is DVC's own decision**: in a workspace (a ``git worktree`` of HEAD under
+``.dvc/tmp/study/``, params with the study's overrides) whose ``dvc.lock`` is the committed one with the
+units' entries in place of their stages', ``dvc repro --dry --allow-missing`` lists the stages that
+would run (their code fingerprint, params or an upstream output changed; missing data alone does not
+count). A unit is done when its file exists and none of its stages, nor any unit stage upstream of
+them, would run. So on a fresh clone with no DVC cache or remote the committed units count as done,
+an edit to a stage's code or params reruns exactly the units it touches, and units committed on other
+machines add up (one file each: git merges them without conflict).
+
+A unit runs in its workspace as DVC runs anything: ``dvc repro`` of its prefix (from DVC's run cache
+when this machine built it before), then ``dvc repro --single-item`` of its stages in order. Several
+workers (``workers``) are several workspaces sharing this checkout's DVC cache; recipe units run before
+the seeds that train with their recipe.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Iterator
+
+import yaml
+
+from tasks.core.io import atomic_outputs
+from tasks.core.lifetime import die_with_parent
+from tasks.core.params import Params
+
+WORKSPACES = Path(".dvc/tmp/study")
+KEPT = ("data/recipes/",)
+"""Cached outs small enough for git that a later unit reads (besides every ``cache: false`` out)."""
+
+
+@dataclass(frozen=True)
+class Unit:
+    """A unit of a study: its name, kind (``recipe``, ``pretrained``, ``random``, ``baseline``) and its
+    stages of ``dvc.yaml`` in dependency order."""
+
+    name: str
+    kind: str
+    stages: tuple[str, ...]
+
+
+def plan_units(params: Params) -> list[Unit]:
+    """The units of the pipeline under ``params``, in the order they run: each compared objective's
+    recipe, then seed by seed each objective and random init (so that a study stopped early holds whole
+    seeds of every comparison), then the published baselines."""
+    sweep_seed, tasks = params.sweep.seed, params.finetune.tasks
+    units = [Unit(f"recipe-{p}", "recipe", (f"pretraining_data@{p}-{sweep_seed}", f"sweep@{p}"))
+             for p in params.compare]
+    for s in params.pretrain.seeds:
+        for p in params.compare:
+            units.append(Unit(f"{p}-{s}", "pretrained", (
+                f"pretraining_data@{p}-{s}", f"pretrain@{p}-{s}", f"curves@{p}-{s}",
+                *(f"finetune@{p}-{s}-{t}" for t in tasks),
+                *(f"finetune_snapshot@{p}-{s}@{f}-{t}" for f in params.pretrain.snapshots for t in params.curves.tasks))))
+        units.append(Unit(f"random-{s}", "random", (f"init_random@{s}", *(f"finetune_random@{s}-{t}" for t in tasks))))
+    units += [Unit(b, "baseline", tuple(f"finetune_baseline@{b}-{t}" for t in params.finetune.baseline_tasks))
+              for b in params.finetune.baselines]
+    return units
+
+
+def _git(*args: str, cwd: Path | str = ".") -> str:
+    return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=True).stdout.strip()
+
+
+def read_unit(study: Path, unit: Unit) -> dict | None:
+    """The committed record of ``unit`` (``units/<name>.yaml``), or None when it has none."""
+    path = study / "units" / f"{unit.name}.yaml"
+    return yaml.safe_load(path.read_text(encoding="utf-8")) if path.is_file() else None
+
+
+def _remove_worktree(path: Path, root: Path) -> None:
+    subprocess.run(["git", "worktree", "remove", "--force", str(path)], cwd=root, capture_output=True)
+    shutil.rmtree(path, ignore_errors=True)
+    subprocess.run(["git", "worktree", "prune"], cwd=root, check=True)
+
+
+@contextlib.contextmanager
+def workspace(path: Path, study: Path, overrides: list[str], units: list[Unit]) -> Iterator[Path]:
+    """A fresh workspace at ``path`` while the context lasts (removed after, even when stopped): a detached
+    ``git worktree`` of HEAD that uses this checkout's DVC cache, ``params.yaml`` with the study's Hydra
+    ``overrides`` (DVC's own parser), the study's committed files (``study/metrics``, ``study/data``) in
+    place, and ``dvc.lock`` = the committed lock without any unit stage's entry, plus the entries of the
+    committed units."""
+    root = Path(_git("rev-parse", "--show-toplevel"))
+    _remove_worktree(path, root)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        _fill(path, root, study, overrides, units)
+        yield path
+    finally:
+        _remove_worktree(path, root)
+
+
+def _fill(path: Path, root: Path, study: Path, overrides: list[str], units: list[Unit]) -> None:
+    from dvc.utils.hydra import apply_overrides
+
+    _git("worktree", "add", "--detach", str(path), "HEAD", cwd=root)
+    (path / ".dvc" / "config.local").write_text(f"[cache]\n    dir = {root / '.dvc' / 'cache'}\n", encoding="utf-8")
+    if overrides:
+        apply_overrides(path / "params.yaml", overrides)
+    for folder in ("metrics", "data"):
+        if (study / folder).is_dir():
+            shutil.copytree(study / folder, path / folder, dirs_exist_ok=True)
+    lock = yaml.safe_load((path / "dvc.lock").read_text(encoding="utf-8"))
+    ours = {s for u in units for s in u.stages}
+    stages = {k: v for k, v in lock["stages"].items() if k not in ours}
+    for unit in units:
+        if record := read_unit(study, unit):
+            stages.update(record["stages"])
+    (path / "dvc.lock").write_text(yaml.safe_dump({**lock, "stages": stages}, sort_keys=False), encoding="utf-8")
+
+
+def done(workspace: Path, study: Path, units: list[Unit]) -> dict[str, bool]:
+    """``unit name -> done``: its record exists and DVC would run none of its stages nor any unit stage
+    upstream of them (``dvc repro --dry --allow-missing`` over every unit's stages in ``workspace``).
+
+    Raises:
+        PipelineError: a unit names a stage ``dvc.yaml`` does not have under the study's params.
+    """
+    import networkx as nx
+    from dvc.repo import Repo
+
+    from tasks.core.errors import PipelineError
+
+    with contextlib.chdir(workspace), Repo(".") as repo:
+        graph = repo.index.graph  # edges point from a stage to the stages it depends on
+        by_name = {s.addressing: s for s in graph.nodes}
+        missing = [s for u in units for s in u.stages if s not in by_name]
+        if missing:
+            raise PipelineError(f"study: no stage {missing[0]} in dvc.yaml under the study's params")
+        targets = [s for u in units for s in u.stages]
+        would_run = {s.addressing for s in repo.reproduce(targets, dry=True, allow_missing=True)} - {"code"}
+        ours = set(targets)
+        upstream = {u.name: {u_s for s in u.stages for u_s in (s, *(d.addressing for d in
+                                                                   nx.descendants(graph, by_name[s])))} & ours
+                    for u in units}
+    return {u.name: read_unit(study, u) is not None and not (upstream[u.name] & would_run) for u in units}
+
+
+def prefix(workspace: Path, units: list[Unit]) -> list[str]:
+    """The stages upstream of ``units`` that belong to no unit (corpus, tokenizer, task splits, code), which
+    every unit's workspace must hold before its own stages run."""
+    import networkx as nx
+    from dvc.repo import Repo
+
+    ours = {s for u in units for s in u.stages}
+    with contextlib.chdir(workspace), Repo(".") as repo:
+        graph = repo.index.graph
+        by_name = {s.addressing: s for s in graph.nodes}
+        upstream = {d.addressing for s in ours for d in nx.descendants(graph, by_name[s])
+                    if getattr(d, "cmd", None)}
+    return sorted(upstream - ours)
+
+
+def _run(cmd: list[str], log, env: dict | None = None, cwd: Path | None = None) -> str:
+    """Run ``cmd`` (in ``cwd``, ``os.environ`` updated with ``env``), echoing its output to ``log`` as it comes;
+    its output. The command dies with this process (a terminated ``make study`` left its stage running).
+
+    Raises:
+        SystemExit: the command failed (its status).
+    """
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=cwd,
+                            env={**os.environ, **(env or {})},
+                            preexec_fn=partial(die_with_parent, signal.SIGTERM, os.getpid()))
+    lines = []
+    try:
+        for line in proc.stdout:
+            log.write(line)
+            lines.append(line)
+    except BaseException:  # stopped (Ctrl-C, SIGTERM): the command goes first, then its workspace
+        proc.terminate()
+        proc.wait()
+        raise
+    if proc.wait():
+        raise SystemExit(proc.returncode)
+    return "".join(lines)
+
+
+def _repro(workspace: Path, args: list[str], log, env: dict | None = None) -> None:
+    """``dvc repro <args>`` in ``workspace``. Raises SystemExit (naming the workspace) on failure."""
+    try:
+        _run(["dvc", "repro", *args], log, env, workspace)
+    except SystemExit:
+        print(f"study: dvc repro {' '.join(args[:3])} ... failed in {workspace} (its output above)", file=log)
+        raise
+
+
+def keep(workspace: Path, study: Path, stages: list[str] | tuple[str, ...], under: tuple[str, ...] = ("",)) -> None:
+    """Copy the outputs of ``stages`` that go to git (every ``cache: false`` out, and :data:`KEPT`) whose
+    path starts with one of ``under`` from ``workspace`` to the same path under ``study`` (each atomically)."""
+    from dvc.repo import Repo
+
+    with contextlib.chdir(workspace), Repo(".") as repo:
+        index = {s.addressing: s for s in repo.index.stages}
+        paths = [o.def_path for name in stages for o in index[name].outs
+                 if (not o.use_cache or o.def_path.startswith(KEPT)) and o.def_path.startswith(under)]
+    for path in paths:
+        target = study / path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_outputs(target) as (tmp,):
+            (shutil.copytree if (workspace / path).is_dir() else shutil.copyfile)(workspace / path, tmp)
+
+
+def run_unit(workspace: Path, study: Path, unit: Unit, prefix_stages: list[str], log, env: dict | None = None) -> dict:
+    """Run ``unit`` in ``workspace`` (its prefix, then its stages) and record it in ``study``: the prefix's
+    metrics and the unit's kept outputs copied to their paths under ``study``, then ``units/<name>.yaml``
+    (written last, atomically: a unit stopped halfway has no record and runs again). Returns the record."""
+    from benchmarks.results import machine
+
+    t0 = time.perf_counter()
+    _repro(workspace, prefix_stages, log, env)
+    keep(workspace, study, prefix_stages, ("metrics/",))  # the corpus and task splits the report describes
+    t1 = time.perf_counter()
+    _repro(workspace, ["--single-item", *unit.stages], log, env)
+    wall = time.perf_counter() - t1
+    lock = yaml.safe_load((workspace / "dvc.lock").read_text(encoding="utf-8"))["stages"]
+    keep(workspace, study, unit.stages)
+    cpu = machine()
+    record = {"unit": unit.name, "kind": unit.kind, "commit": _git("rev-parse", "--short=12", "HEAD", cwd=workspace),
+              "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "wall_sec": round(wall, 1),
+              "prefix_sec": round(t1 - t0, 1), "machine": {k: cpu[k] for k in ("cpu", "isa", "cores")},
+              "stages": {s: lock[s] for s in unit.stages}}
+    with atomic_outputs(study / "units" / f"{unit.name}.yaml") as (tmp,):
+        tmp.write_text(yaml.safe_dump(record, sort_keys=False, allow_unicode=True), encoding="utf-8")
+    return record
+
+
+def run_units(study: Path, todo: list[Unit], units: list[Unit], overrides: list[str], workers: int, log=sys.stdout,
+              name: str = "study") -> list[dict]:
+    """Run the units ``todo`` (of the study's ``units``), ``workers`` at once, each worker in its own workspace
+    (``.dvc/tmp/study/<name>-<k>``); recipe units first, since the seeds train with their recipes. Prints
+    ``N of M units done`` after each. Returns the records of the units run.
+
+    Raises:
+        SystemExit: a unit's stage failed (the units finished before it are recorded).
+    """
+    total, finished, records = len(units), len(units) - len(todo), []
+    # side by side, each worker's stages get their share of the cores for what does not pin its own threads
+    # (torch reads OMP_NUM_THREADS at start; pretraining pins pretrain.threads, which its result depends on)
+    env = {"OMP_NUM_THREADS": str(max(1, len(os.sched_getaffinity(0)) // workers))} if workers > 1 else None
+    with contextlib.ExitStack() as stack:
+        spaces = [stack.enter_context(workspace(WORKSPACES / f"{name}-{k}", study, overrides, units))
+                  for k in range(min(workers, len(todo)))]
+        stages = prefix(spaces[0], units) if spaces else []
+        free = list(spaces)
+
+        def one(unit: Unit) -> dict:
+            nonlocal finished
+            space = free.pop()
+            try:
+                print(f"{name}: unit {unit.name} ({len(unit.stages)} stages) in {space}", file=log, flush=True)
+                record = run_unit(space, study, unit, stages, log, env)
+            finally:
+                free.append(space)
+            finished += 1
+            print(f"{name}: unit {unit.name} done in {record['wall_sec'] / 60:.1f} min; {finished} of {total} units "
+                  "done", file=log, flush=True)
+            return record
+
+        for group in ([u for u in todo if u.kind == "recipe"], [u for u in todo if u.kind != "recipe"]):
+            with ThreadPoolExecutor(max(1, len(spaces))) as pool:
+                records += list(pool.map(one, group))
+    return records
+
+
+def estimate_minutes(unit: Unit, study: Path, units: list[Unit], params: Params, metrics: Path = Path("metrics")) -> float:
+    """What ``unit`` will take on this machine: the mean wall time of the study's finished units of its kind,
+    else the committed default run's measured stages (``metrics``: a pretraining; a fine-tuning of MLM or
+    random init, times the learning rates searched; a recipe's sweep settings at their fraction of the
+    budget; a published model about 6x a tiny one), plus a few seconds a stage."""
+    from tasks.core.io import read_json
+
+    same = [r["wall_sec"] for u in units if u.kind == unit.kind and (r := read_unit(study, u))]
+    if same:
+        return sum(same) / len(same) / 60
+    mean = lambda xs: sum(xs) / len(xs) if xs else 0.0  # noqa: E731
+    pretrain = mean([read_json(p)["wall_sec"] for p in sorted((metrics / "pretrain").glob("*.json"))])
+    finetune = len(params.finetune.learning_rate_scales) * mean(
+        [read_json(p)["wall_sec"] for p in sorted((metrics / "finetune").glob("*.json"))
+         if p.stem.startswith(("mlm-", "random-")) and "@" not in p.stem])
+    runs = sum(s.startswith("finetune") for s in unit.stages)
+    seconds = {"recipe": len(params.sweep.settings) * params.sweep.fraction * pretrain,
+               "pretrained": pretrain + finetune * runs, "random": finetune * runs,
+               "baseline": 6 * finetune * runs}[unit.kind]
+    return (seconds + 6 * len(unit.stages)) / 60
