@@ -17,8 +17,8 @@ A finished unit leaves small files in the study's folder (``reports/<study>/``),
 
 **Whether a unit is done is DVC's own decision**: in a workspace (a ``git worktree`` of HEAD under
 ``.dvc/tmp/study/``, params with the study's overrides) whose ``dvc.lock`` is the committed one with the
-units' entries in place of their stages', ``dvc repro --dry --allow-missing`` lists the stages that
-would run (their code fingerprint, params or an upstream output changed; missing data alone does not
+units' entries in place of their stages', DVC's test of ``dvc repro --allow-missing`` finds the stages
+that would run (their code fingerprint, params or an upstream output changed; missing data alone does not
 count). A unit is done when its file exists and none of its stages, nor any unit stage upstream of
 them, would run. So on a fresh clone with no DVC cache or remote the committed units count as done,
 an edit to a stage's code or params reruns exactly the units it touches, and units committed on other
@@ -139,7 +139,8 @@ def _fill(path: Path, root: Path, study: Path, overrides: list[str], units: list
 
 def done(workspace: Path, study: Path, units: list[Unit]) -> dict[str, bool]:
     """``unit name -> done``: its record exists and DVC would run none of its stages nor any unit stage
-    upstream of them (``dvc repro --dry --allow-missing`` over every unit's stages in ``workspace``).
+    upstream of them (what ``dvc repro --allow-missing`` over every unit's stages in ``workspace`` would run:
+    DVC's test of each stage, in its order; the fingerprint stage ``code`` aside, whose outputs are committed).
 
     Raises:
         PipelineError: a unit names a stage ``dvc.yaml`` does not have under the study's params.
@@ -156,7 +157,9 @@ def done(workspace: Path, study: Path, units: list[Unit]) -> dict[str, bool]:
         if missing:
             raise PipelineError(f"study: no stage {missing[0]} in dvc.yaml under the study's params")
         targets = [s for u in units for s in u.stages]
-        would_run = {s.addressing for s in repo.reproduce(targets, dry=True, allow_missing=True)} - {"code"}
+        # DVC's own walk and test (repro --allow-missing), without running or restoring anything
+        changed = lambda stage, upstream=None, **_: stage if stage.changed(True, upstream) else None  # noqa: E731
+        would_run = {s.addressing for s in repo.reproduce(targets, repro_fn=changed)} - {"code"}
         ours = set(targets)
         upstream = {u.name: {u_s for s in u.stages for u_s in (s, *(d.addressing for d in
                                                                    nx.descendants(graph, by_name[s])))} & ours
