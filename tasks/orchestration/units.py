@@ -33,6 +33,7 @@ the seeds that train with their recipe.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import shutil
 import signal
@@ -150,7 +151,10 @@ def done(workspace: Path, study: Path, units: list[Unit]) -> dict[str, bool]:
 
     from tasks.core.errors import PipelineError
 
-    with contextlib.chdir(workspace), Repo(".") as repo:
+    dvc_log = logging.getLogger("dvc")
+    level, dvc_log.level = dvc_log.level, logging.WARNING  # its walk logs a line a stage
+    with contextlib.chdir(workspace), Repo(".") as repo, contextlib.ExitStack() as restore:
+        restore.callback(dvc_log.setLevel, level)
         graph = repo.index.graph  # edges point from a stage to the stages it depends on
         by_name = {s.addressing: s for s in graph.nodes}
         missing = [s for u in units for s in u.stages if s not in by_name]
@@ -209,7 +213,7 @@ def _run(cmd: list[str], log, env: dict | None = None, cwd: Path | None = None) 
 def _repro(workspace: Path, args: list[str], log, env: dict | None = None) -> None:
     """``dvc repro <args>`` in ``workspace``. Raises SystemExit (naming the workspace) on failure."""
     try:
-        _run(["dvc", "repro", *args], log, env, workspace)
+        _run([sys.executable, "-m", "dvc", "repro", *args], log, env, workspace)
     except SystemExit:
         print(f"study: dvc repro {' '.join(args[:3])} ... failed in {workspace} (its output above)", file=log)
         raise
@@ -297,14 +301,16 @@ def estimate_minutes(unit: Unit, study: Path, units: list[Unit], params: Params,
     """What ``unit`` will take on this machine: the mean wall time of the study's finished units of its kind,
     else the committed default run's measured stages (``metrics``: a pretraining; a fine-tuning of MLM or
     random init, times the learning rates searched; a recipe's sweep settings at their fraction of the
-    budget; a published model about 6x a tiny one), plus a few seconds a stage."""
+    budget; a published model about 6x a tiny one; pretrainings scaled to ``pretrain.token_budget``), plus a few
+    seconds a stage."""
     from tasks.core.io import read_json
 
     same = [r["wall_sec"] for u in units if u.kind == unit.kind and (r := read_unit(study, u))]
     if same:
         return sum(same) / len(same) / 60
     mean = lambda xs: sum(xs) / len(xs) if xs else 0.0  # noqa: E731
-    pretrain = mean([read_json(p)["wall_sec"] for p in sorted((metrics / "pretrain").glob("*.json"))])
+    pretrain = params.pretrain.token_budget * mean(  # seconds per token of the default run's pretrainings
+        [(m := read_json(p))["wall_sec"] / m["tokens"] for p in sorted((metrics / "pretrain").glob("*.json"))])
     finetune = len(params.finetune.learning_rate_scales) * mean(
         [read_json(p)["wall_sec"] for p in sorted((metrics / "finetune").glob("*.json"))
          if p.stem.startswith(("mlm-", "random-")) and "@" not in p.stem])
