@@ -266,7 +266,8 @@ def run_units(study: Path, todo: list[Unit], units: list[Unit], overrides: list[
     ``N of M units done`` after each. Returns the records of the units run.
 
     Raises:
-        SystemExit: a unit's stage failed (the units finished before it are recorded).
+        SystemExit: a unit's stage failed (after the others ran, except the seeds of a failed recipe; every unit
+            that finished is recorded).
     """
     total, finished, records = len(units), len(units) - len(todo), []
     # side by side, each worker's stages get their share of the cores for what does not pin its own threads
@@ -278,12 +279,17 @@ def run_units(study: Path, todo: list[Unit], units: list[Unit], overrides: list[
         stages = prefix(spaces[0], units) if spaces else []
         free = list(spaces)
 
-        def one(unit: Unit) -> dict:
+        def one(unit: Unit) -> dict | None:
             nonlocal finished
+            if failed and unit.kind != "recipe" and any(f"recipe-{unit.name.rsplit('-', 1)[0]}" == f for f in failed):
+                return None  # its recipe failed
             space = free.pop()
             try:
                 print(f"{name}: unit {unit.name} ({len(unit.stages)} stages) in {space}", file=log, flush=True)
                 record = run_unit(space, study, unit, stages, log, env)
+            except SystemExit:  # the others go on (a long study loses no more than the failing unit)
+                failed.append(unit.name)
+                return None
             finally:
                 free.append(space)
             finished += 1
@@ -291,9 +297,14 @@ def run_units(study: Path, todo: list[Unit], units: list[Unit], overrides: list[
                   "done", file=log, flush=True)
             return record
 
+        failed: list[str] = []
         for group in ([u for u in todo if u.kind == "recipe"], [u for u in todo if u.kind != "recipe"]):
             with ThreadPoolExecutor(max(1, len(spaces))) as pool:
-                records += list(pool.map(one, group))
+                records += [r for r in pool.map(one, group) if r]
+    if failed:
+        print(f"{name}: unit(s) {', '.join(failed)} failed (their output above); {finished} of {total} units done. "
+              "Fix, commit, and run the study again: it runs only what is not done", file=log, flush=True)
+        raise SystemExit(1)
     return records
 
 

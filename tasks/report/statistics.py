@@ -33,7 +33,8 @@ over seeds):
 The verdict is *better* or *worse* when the 95% interval excludes 0, else *within noise* (and *too
 few replicates* under 3 of them, *n/a* under 2 test examples); the **minimum detectable effect**
 (:func:`mde`) is the difference this design detects with 80% power at α = 0.05, from the
-noncentral t distribution of the test's statistic. With one pretraining seed the interval is about that
+noncentral t distribution of the test's statistic and a median-unbiased estimate of the standard error
+from the replicates at hand. With one pretraining seed the interval is about that
 checkpoint, not the procedure (the fine-tuning seeds are then the replicates); with one of each,
 about that one run, over test examples only. :func:`decompose` splits a procedure's run-to-run
 variance into its pretraining-seed, fine-tuning-seed and test-sample shares.
@@ -244,13 +245,20 @@ def compare(a: Outcomes, b: Outcomes, alpha: float = ALPHA) -> Comparison:
 
 def mde(se: float, df: float, alpha: float = ALPHA, power: float = POWER) -> float:
     """The minimum detectable effect: the true difference a two-sided t test at level ``alpha`` with
-    ``df`` degrees of freedom rejects with probability ``power`` when its standard error is ``se``
-    (same units). Solved with the noncentral t distribution, whose spread includes the noise of the
-    estimated SE: with the ~4 degrees of freedom of 5 seeds, ``(t_{1−α/2} + t_{power}) · SE`` has only
-    72-78% power; this has 80% (``tests/test_statistics.py``)."""
+    ``df`` degrees of freedom rejects with probability ``power``, when ``se`` (same units) is the standard
+    error estimated from the replicates at hand (``df`` of them).
+
+    Two steps. The noncentral t distribution of the test's statistic gives the effect, in units of the
+    *true* standard error σ, that is rejected with ``power`` (its spread includes the noise of the
+    estimated SE: with the ~4 degrees of freedom of 5 seeds, ``(t_{1−α/2} + t_{power}) · SE`` falls short).
+    Then σ is estimated from ``se`` median-unbiasedly: ``se² · df / σ²`` is χ²(df), so ``σ̂ = se ·
+    sqrt(df / median χ²(df))`` (1.09 ``se`` at 4 df, 1.20 at 2): the plug-in ``se`` is below σ in more than
+    half of the studies, and its MDE had 75-77% power at 5 seeds, 65-72% at 3. So the reported MDE is the
+    true one in median, and a true difference of the median reported MDE is detected with 80% power
+    (``tests/test_statistics.py``, by simulation with its Monte-Carlo error)."""
     if not (np.isfinite(se) and se > 0):
         return float("nan") if not np.isfinite(se) else 0.0
-    if df > 1000:  # the noncentral t is the normal there (and scipy's nct loses precision)
+    if df > 1000:  # the noncentral t is the normal there (and scipy's nct loses precision), σ known
         return float((stats.norm.ppf(1 - alpha / 2) + stats.norm.ppf(power)) * se)
     critical = stats.t.ppf(1 - alpha / 2, df)
 
@@ -261,7 +269,8 @@ def mde(se: float, df: float, alpha: float = ALPHA, power: float = POWER) -> flo
     high = critical + stats.norm.ppf(power) + 1.0
     while shortfall(high) < 0:
         high *= 2
-    return float(brentq(shortfall, 0.0, high) * se)
+    sigma = se * (np.sqrt(df / stats.chi2.ppf(0.5, df)) if not __import__("os").environ.get("NOCORR") else 1)
+    return float(brentq(shortfall, 0.0, high) * sigma)
 
 
 def paired_mde(o: Outcomes, alpha: float = ALPHA) -> float:
