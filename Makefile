@@ -38,15 +38,15 @@ pull: setup
 test: setup
 	pytest -n 2 --dist loadfile --no-loadscope-reorder
 
-# Every objective of params.yaml, pretrained, fine-tuned and compared with one pretraining seed (one dvc
-# experiment in a temporary workspace); its report lands in reports/compare/ (docs/objectives.md).
+# Every objective of params.yaml, pretrained, fine-tuned and compared with one pretraining seed; its report lands in
+# reports/compare/ (docs/objectives.md). Run as units, as make study.
 compare: setup
 	python -m tasks.orchestration.prefect_server python -m tasks.orchestration.study compare
 
-# The default run with 5 pretraining seeds of mlm, wwm, mac, electra and random init (one dvc experiment
-# in a temporary workspace; its wall time is in reports/study/study.json); its report, metrics and the
-# MDE planner's plan land in reports/study/ (docs/statistics.md).
-# WORKERS=N: one unit of work per pretraining seed through DVC's experiment queue, N at once.
+# 5 pretraining seeds of mlm, wwm, mac, electra and random init, each model at its own recipe, as units whose results
+# are committed (reports/study/units/): it prints its plan, runs the units not done for this code and params, and
+# when all are done writes the report, metrics and MDE plan into reports/study/ (docs/statistics.md). Commit
+# reports/study/ after a stop; a fresh clone goes on from there. WORKERS=N: N units at once.
 study: setup
 	python -m tasks.orchestration.prefect_server python -m tasks.orchestration.study study --workers $(or $(WORKERS),1)
 

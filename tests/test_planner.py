@@ -2,12 +2,14 @@
 (tasks/orchestration/study.py)."""
 
 import json
+import shutil
 import subprocess
 
 import numpy as np
 import pytest
 
-from tasks.report.planner import markdown, plan
+from tasks.orchestration.units import plan_units
+from tasks.report.planner import costs, markdown, plan
 from tasks.report.statistics import Decomposition
 from tests.conftest import ROOT
 from tasks.core.params import load_params
@@ -31,7 +33,7 @@ def test_the_plan_is_the_cheapest_design_that_reaches_the_target():
     assert row["mde"] <= 2.0 and row["test_examples"] == 4000
     d = Decomposition(4.0, 1.0, 6.0, 2.0, 1000)
     cheaper = [(s, f) for s in range(2, 51) for f in range(1, 11)
-               if 2 * s * 6 + 2 * s * f * 0.5 < row["minutes"] and d.planned_mde(s, f, 4000) <= 2.0]
+               if 2 * s * 6 + 2 * s * f * 0.5 < row["minutes"] and d.planned_mde(s, f, 4000, estimated_df=4) <= 2.0]
     assert cheaper == []
     assert row["gpu_hours"] == pytest.approx(2 * row["seeds"] * 3e13 / 1e14 / 3600)
     (unreachable,) = plan({"t": COMPONENTS}, COST, target=0.01, gpu_rate=None)
@@ -74,7 +76,7 @@ def test_a_study_warns_when_its_workers_threads_exceed_the_cores(monkeypatch, ca
     def stop(*args):
         raise SystemExit(0)
 
-    monkeypatch.setattr(study, "run_units", stop)
+    monkeypatch.setattr(study, "run_study", stop)
     with pytest.raises(SystemExit):
         study.main(["study", "--workers", "2"])  # params.yaml: 2 threads
     err = capsys.readouterr().err
@@ -84,11 +86,38 @@ def test_a_study_warns_when_its_workers_threads_exceed_the_cores(monkeypatch, ca
     assert "thrash" not in capsys.readouterr().err
 
 
-def test_a_study_is_cut_into_one_unit_per_pretraining_seed_the_sweeps_seed_first():
-    params = {"compare": "[mlm,wwm]", "pretrain.seeds": "[43,42,44]", "curves.tasks": "[msra_ner]"}
-    cut = study.units(params, sweep_seed=42)
-    assert [u["pretrain.seeds"] for u in cut] == ["[42]", "[42,43]", "[42,44]"]
-    assert all(u["compare"] == "[mlm,wwm]" and u["curves.tasks"] == "[msra_ner]" for u in cut)
+def test_a_study_is_cut_into_units_each_recipe_then_seed_by_seed_then_the_baselines():
+    checked = study.check_params({"compare": "[mlm,wwm]", "pretrain.seeds": "[43,42]", "curves.tasks": "[msra_ner]"})
+    units = plan_units(checked)
+    assert [u.name for u in units] == ["recipe-mlm", "recipe-wwm", "mlm-43", "wwm-43", "random-43", "mlm-42", "wwm-42",
+                                       "random-42", "albert_tiny"]
+    assert units[0].stages == ("pretraining_data@mlm-42", "sweep@mlm")  # the sweep trains on sweep.seed's data
+    mlm = units[2].stages
+    assert mlm[:3] == ("pretraining_data@mlm-43", "pretrain@mlm-43", "curves@mlm-43") and \
+        "finetune@mlm-43-msra_ner" in mlm and "finetune_snapshot@mlm-43@0.125-msra_ner" in mlm
+    assert units[4].stages == ("init_random@43", *(f"finetune_random@43-{t}" for t in checked.finetune.tasks))
+    assert units[-1].stages == ("finetune_baseline@albert_tiny-sentiment",)
+    # a stage is in one unit, but for the data the sweeps train on (its recipe's and its seed's: either may run first)
+    stages = [s for u in units for s in u.stages if s not in ("pretraining_data@mlm-42", "pretraining_data@wwm-42")]
+    assert len(stages) == len(set(stages))
+
+
+def test_the_planners_costs_are_numbers_when_a_pretraining_recorded_no_flops(tmp_path):
+    """Its GPU column was NaN: the mean of a pretraining's FLOPs took one metrics file without them as NaN."""
+    metrics = ROOT / "metrics"
+    (tmp_path / "metrics" / "pretrain").mkdir(parents=True)
+    for name in ("mlm-42", "wwm-42"):
+        shutil.copy(metrics / "pretrain" / f"{name}.json", tmp_path / "metrics" / "pretrain" / f"{name}.json")
+    shutil.copytree(metrics / "finetune", tmp_path / "metrics" / "finetune")
+    shutil.copytree(metrics / "downstream", tmp_path / "metrics" / "downstream")
+    old = json.loads((tmp_path / "metrics" / "pretrain" / "wwm-42.json").read_text())
+    del old["flops"]
+    (tmp_path / "metrics" / "pretrain" / "wwm-42.json").write_text(json.dumps(old))
+    cost = costs(tmp_path)
+    flops = json.loads((metrics / "pretrain" / "mlm-42.json").read_text())["flops"]
+    assert cost["pretrain_flops"] == flops and cost["pretrain_min"] > 0
+    (row,) = plan({"msra_ner": COMPONENTS}, cost, target=5.0, gpu_rate=1e14)
+    assert row["gpu_hours"] == pytest.approx(2 * row["seeds"] * flops / 1e14 / 3600)
 
 
 def test_the_gpu_column_names_the_gpu_its_rate_was_measured_on():
@@ -120,8 +149,8 @@ def test_a_study_with_no_workers_is_refused(capsys):
     assert stop.value.code == 2 and "'0' is not a number of workers" in capsys.readouterr().err
 
 
-def test_a_stopped_study_leaves_no_temporary_workspace(tmp_path, monkeypatch):
-    """Every stopped `make study` (SIGTERM or Ctrl-C) left `.dvc/tmp/exps/standalone/tmp*/` behind (4 of 4)."""
+def test_a_stopped_full_run_leaves_no_temporary_workspace(tmp_path, monkeypatch):
+    """Every stopped `make full` (SIGTERM or Ctrl-C) left `.dvc/tmp/exps/standalone/tmp*/` behind (4 of 4)."""
     import os
     import signal
     monkeypatch.chdir(tmp_path)
@@ -137,6 +166,6 @@ def test_a_stopped_study_leaves_no_temporary_workspace(tmp_path, monkeypatch):
 
     monkeypatch.setattr(study, "_run", killed_while_running)
     with pytest.raises(KeyboardInterrupt):
-        study.main(["study"])
+        study.main(["full"])
     assert [p.name for p in (tmp_path / study.EXP_TEMPS).iterdir()] == ["tmpolder"]
     assert signal.getsignal(signal.SIGTERM) is not study._stop

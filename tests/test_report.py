@@ -162,6 +162,12 @@ def test_with_one_pretraining_seed_a_finding_is_about_the_checkpoint(params, tmp
     [row] = [r for r in findings_rows(params, outcomes, metrics) if r[2] == "sentiment"]
     assert row[-1] == "agrees (about this checkpoint, not the procedure)"
     assert "about these checkpoints, not the procedures" in findings_section(params, outcomes, metrics)
+    # two replicates: the verdict is withheld, and so are the interval and the p-value that would read as one
+    two = {k: Outcomes(o.counts[:, :2], o.metric, o.seeds, o.finetune_seeds[:2]) for k, o in outcomes.items()}
+    [row] = [r for r in findings_rows(params, two, metrics) if r[2] == "sentiment"]
+    assert row[-1] == "too few replicates (about this checkpoint, not the procedure)"
+    assert "[" not in row[3] and float(row[3]) > 0 and row[4] == "-" and float(row[5]) > 0
+    assert f"| mlm | {two['mlm', 'sentiment'].runs.mean():.1f} · " in comparison_section(params, two)
 
 
 def test_comparison_table_and_variance_decomposition(seeded_params):

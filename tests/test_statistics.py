@@ -1,6 +1,6 @@
 """The report's statistics (tasks/report/statistics.py): metrics from counts, pseudo-values,
 and, by simulation at the study's seed counts, the error rates of the verdict rule (at most 7%
-false positives under no effect, at least 93% coverage, about 80% power at the reported MDE)
+false positives under no effect, at least 93% coverage, 80% power at the reported MDE)
 against the Multi-Bootstrap and a bootstrap over one checkpoint pair's test examples."""
 
 import numpy as np
@@ -76,9 +76,20 @@ def test_the_verdict_rule_keeps_its_error_rates(design, paired):
     assert null["rejected"] <= 0.07 and null["covered"] >= 0.93
     effect = error_rates(design, compare, 1000, effect=0.2, paired=paired, seed=6)
     assert effect["covered"] >= 0.93
-    # power against a true difference as large as the MDE the design reports: about 80%
-    power = error_rates(design, compare, 1000, effect=effect_for(design, null["median_mde"]), paired=paired, seed=7)
-    assert 0.70 <= power["rejected"] <= 0.90
+
+
+# Centred (mean logit 0), so that an effect leaves the runs' variance as it is (around 70% accuracy a gain of a
+# few points shrinks the Bernoulli noise: power at an MDE then reads high for a reason that is not the MDE's)
+@pytest.mark.parametrize("seeds", [5, 3])
+def test_a_true_difference_of_the_reported_mde_is_detected_with_80_percent_power(seeds):
+    """The MDE from an SE estimated with S − 1 degrees of freedom (the seeds at hand) is the true one in median:
+    the power against its median is 80% within 3.5 Monte-Carlo standard errors (2,000 comparisons: ±3 points),
+    where the noncentral t's effect times the plug-in SE reached about 75% at 5 seeds and 70% at 3."""
+    design = Design(seeds=seeds, finetune_seeds=2, examples=5000, mean=0.0, seed_sd=0.08, finetune_sd=0.02)
+    n = 2000
+    null = error_rates(design, compare, n, seed=5)
+    power = error_rates(design, compare, n, effect=effect_for(design, null["median_mde"]), seed=7)["rejected"]
+    assert abs(power - 0.80) <= 3.5 * np.sqrt(0.8 * 0.2 / n)
 
 
 def test_the_percentile_multibootstrap_is_too_narrow_over_five_seeds_and_one_checkpoint_pair_far_worse():

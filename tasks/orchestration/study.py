@@ -201,9 +201,9 @@ def report(which: str, study: Path, units: list[Unit], params_text: str, wall: f
     plan([str(study), "--target", "1.0"])
 
 
-def run_study(which: str, params: dict, checked: Params, workers: int, study: Path) -> int:
-    """:mod:`tasks.orchestration.units`: print the plan, run the units not done, and when all are done build
-    the report from the committed ones. 0 when the report was built."""
+def run_study(which: str, params: dict, checked: Params, workers: int, study: Path, plan_only: bool = False) -> int:
+    """:mod:`tasks.orchestration.units`: print the plan, run the units not done (``plan_only``: none), and when
+    all are done build the report from the committed ones."""
     overrides, units = _flags(params)[1::2], plan_units(checked)
     with left_behind_removed():
         with workspace(WORKSPACES / f"{which}-check", study, overrides, units) as check:
@@ -211,6 +211,8 @@ def run_study(which: str, params: dict, checked: Params, workers: int, study: Pa
             state = done(check, study, units)
     print(plan_text(which, units, state, study, checked), flush=True)
     todo = [u for u in units if not state[u.name]]
+    if plan_only:
+        return 0
     t0 = time.time()
     with left_behind_removed():
         run_units(study, todo, units, overrides, workers, sys.stdout, which)
@@ -224,6 +226,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("which", nargs="?", choices=list(STUDIES), default="study")
     parser.add_argument("--workers", type=_positive, default=1, help="units of work at once (study and compare)")
     parser.add_argument("--out", type=Path, help="where the report goes (default: reports/<which>)")
+    parser.add_argument("--plan", action="store_true", help="print the plan (units done, minutes of the rest) only")
     parser.add_argument("-S", dest="overrides", action="append", default=[],
                         help="key=value: the study's params changed (every unit gets it), e.g. a reduced study; "
                              "a bare ~key deletes (Hydra's syntax)")
@@ -251,7 +254,7 @@ def main(argv: list[str]) -> int:
               f"side by side will thrash; -S pretrain.threads={max(1, cores // workers)} fits them (its models then "
               "differ from the default run's in their last bits, so its cache serves them no longer)", file=sys.stderr)
     if which in UNITS:
-        return run_study(which, params, checked, workers, out_dir)
+        return run_study(which, params, checked, workers, out_dir, args.plan)
     name = time.strftime(f"{which}-%Y%m%d-%H%M%S")
     t0 = time.time()
     with left_behind_removed():

@@ -95,15 +95,26 @@ def _families(params) -> dict[str, str]:
     return {t: params.tasks[t].family for t in params.finetune.tasks}
 
 
+WITHHELD = ("too few replicates", "n/a")  # verdicts that print no interval and no p-value
+
+
 def _ci(c: Comparison) -> str:
+    """``Δ [low, high]``; ``Δ`` alone where the verdict is withheld (an interval from 2 replicates excluded 0 in
+    7-8.5% of null comparisons: printed, it would read as the finding the verdict withholds)."""
     signed = lambda x: f"{round(x, 2) + 0.0:+.2f}"  # noqa: E731  (+ 0.0: no "-0.00")
+    if c.verdict in WITHHELD:
+        return signed(c.difference)
     return f"{signed(c.difference)} [{signed(c.low)}, {signed(c.high)}]"
+
+
+def _p(c: Comparison) -> str:
+    return "-" if c.verdict in WITHHELD else f"{c.p_value:.3f}"
 
 
 def _row(finding: str, source: str, task: str, c: Comparison, about: str, invalid: str | None = None) -> list[str]:
     """A Findings row; ``invalid`` (:func:`tasks.report.gates.invalid_reason`) replaces the verdict."""
     agrees = {"better": "agrees", "worse": "contradicts"}.get(c.verdict, c.verdict)
-    return [finding, source, task, _ci(c), f"{c.p_value:.3f}", f"{c.mde:.2f}", invalid or f"{agrees}{about}"]
+    return [finding, source, task, _ci(c), _p(c), f"{c.mde:.2f}", invalid or f"{agrees}{about}"]
 
 
 def _about(c: Comparison) -> str:
@@ -141,7 +152,7 @@ def _reference_rows(params, outcomes: dict, metrics: Path) -> list[list[str]]:
                 c = compare(outcomes[PRETRAINING, t], outcomes[baseline, t])
                 failed = invalid or finetune_failure(metrics, procedures(params), (PRETRAINING, baseline), t)
                 rows.append([f"this run's {PRETRAINING} vs the published {baseline} (reference)", "-", t, _ci(c),
-                             f"{c.p_value:.3f}", f"{c.mde:.2f}", failed or c.verdict])
+                             _p(c), f"{c.mde:.2f}", failed or c.verdict])
     return rows
 
 
@@ -187,7 +198,7 @@ def _distill_rows(params, metrics: Path) -> list[list[str]]:
             score = {name: [scale * r.test[m.headline] for r in v.runs] for name, v in variants.items()}
             c = from_runs(score["kd"], score["labels"], paired=True)
             rows.append([f"distillation beats labels alone ({student})", "TextBrewer (Yang et al. 2020, §4)", task,
-                         _ci(c), f"{c.p_value:.3f}", f"{c.mde:.2f}",
+                         _ci(c), _p(c), f"{c.mde:.2f}",
                          {"better": "agrees", "worse": "contradicts"}.get(c.verdict, c.verdict)
                          + " (about this teacher)"])
     return rows
@@ -216,7 +227,8 @@ def comparison_section(params, outcomes: dict) -> str:
                 cells.append("-")
                 continue
             ci, runs = interval(o), o.runs
-            cells.append(f"{ci.difference:.1f} [{ci.low:.1f}, {ci.high:.1f}] · {runs.max():.1f} ({runs.mean():.1f})")
+            mean = f"{ci.difference:.1f}" + ("" if ci.verdict in WITHHELD else f" [{ci.low:.1f}, {ci.high:.1f}]")
+            cells.append(f"{mean} · {runs.max():.1f} ({runs.mean():.1f})")
         rows.append([p, *cells])
     for t in tasks:
         o = outcomes.get((PRETRAINING, t)) or next(outcomes[p, t] for p in procedures(params) if (p, t) in outcomes)

@@ -48,11 +48,13 @@ def costs(study: Path) -> dict:
     for path in sorted((metrics / "finetune").glob("*.json")):
         run = load_metrics(path, FinetuneMetrics)
         if "@" not in run.model:  # snapshots aside
-            finetune.setdefault(run.task, []).append(run.wall_sec / max(len(run.seeds), 1))
+            # one fine-tuning seed as the study ran it (its learning-rate search included)
+            finetune.setdefault(run.task, []).append(run.wall_sec / len(run.seeds))
     tests = {p.stem: load_metrics(p, DownstreamMetrics).rows["test"]
              for p in sorted((metrics / "downstream").glob("*.json"))}
     return {"pretrain_min": float(np.mean([r.wall_sec for r in pretrain])) / 60,
-            "pretrain_flops": float(np.mean([r.flops or np.nan for r in pretrain])),
+            # a pretraining's model FLOPs: the mean of those that recorded them (older metrics did not), None if none did
+            "pretrain_flops": float(np.mean(flops)) if (flops := [r.flops for r in pretrain if r.flops]) else None,
             "finetune_min": {t: float(np.mean(v)) / 60 for t, v in finetune.items()}, "test_examples": tests}
 
 
@@ -76,22 +78,25 @@ def plan(components: dict, cost: dict, target: float, gpu_rate: float | None) ->
         d = Decomposition(*(c[k] if c[k] is not None else float("nan") for k in
                             ("pretraining_seed", "finetuning_seed", "test_sample", "run_noise")), c["examples"])
         full = cost["test_examples"].get(task, c["examples"])
+        estimated = c["seeds"] - 1 if c["seeds"] > 1 else c["finetune_seeds"] - 1  # the components' own df
+        mde = lambda s, f: d.planned_mde(s, f, full, estimated_df=max(estimated, 1))  # noqa: E731
         ft_min = cost["finetune_min"].get(task, 0.0)
         best = None
         for s in SEEDS:
             for f in FINETUNE_SEEDS:
                 minutes = 2 * s * cost["pretrain_min"] + 2 * s * f * ft_min
-                if d.planned_mde(s, f, full) <= target and (best is None or minutes < best["minutes"]):
+                if mde(s, f) <= target and (best is None or minutes < best["minutes"]):
                     best = {"seeds": s, "finetune_seeds": f, "minutes": minutes}
-        now = d.planned_mde(c["seeds"], c["finetune_seeds"], full)
+        now = mde(c["seeds"], c["finetune_seeds"])
         row = {"task": task, "procedure": c["procedure"], "study_design": [c["seeds"], c["finetune_seeds"], c["examples"]],
                "test_examples": full, "mde_study_design_full_test": now, "target": target}
         if best is None:
             row.update(seeds=None, finetune_seeds=None, minutes=None, gpu_hours=None,
-                       best_reachable=d.planned_mde(SEEDS[-1], FINETUNE_SEEDS[-1], full))
+                       best_reachable=mde(SEEDS[-1], FINETUNE_SEEDS[-1]))
         else:
-            gpu = 2 * best["seeds"] * cost["pretrain_flops"] / gpu_rate / 3600 if gpu_rate else None
-            row.update(**best, mde=d.planned_mde(best["seeds"], best["finetune_seeds"], full), gpu_hours=gpu)
+            gpu = 2 * best["seeds"] * cost["pretrain_flops"] / gpu_rate / 3600 if gpu_rate and cost["pretrain_flops"] \
+                else None
+            row.update(**best, mde=mde(best["seeds"], best["finetune_seeds"]), gpu_hours=gpu)
         rows.append(row)
     return rows
 

@@ -243,19 +243,20 @@ def compare(a: Outcomes, b: Outcomes, alpha: float = ALPHA) -> Comparison:
                       what if (la.size > 1 or lb.size > 1) else "test examples", count)
 
 
-def mde(se: float, df: float, alpha: float = ALPHA, power: float = POWER) -> float:
+def mde(se: float, df: float, alpha: float = ALPHA, power: float = POWER, estimated_df: float | None = None) -> float:
     """The minimum detectable effect: the true difference a two-sided t test at level ``alpha`` with
     ``df`` degrees of freedom rejects with probability ``power``, when ``se`` (same units) is the standard
-    error estimated from the replicates at hand (``df`` of them).
+    error estimated from the replicates at hand, with ``estimated_df`` degrees of freedom (default ``df``:
+    the test's own; a planned design's SE comes from the components of the study at hand, with its df).
 
     Two steps. The noncentral t distribution of the test's statistic gives the effect, in units of the
     *true* standard error σ, that is rejected with ``power`` (its spread includes the noise of the
     estimated SE: with the ~4 degrees of freedom of 5 seeds, ``(t_{1−α/2} + t_{power}) · SE`` falls short).
     Then σ is estimated from ``se`` median-unbiasedly: ``se² · df / σ²`` is χ²(df), so ``σ̂ = se ·
     sqrt(df / median χ²(df))`` (1.09 ``se`` at 4 df, 1.20 at 2): the plug-in ``se`` is below σ in more than
-    half of the studies, and its MDE had 75-77% power at 5 seeds, 65-72% at 3. So the reported MDE is the
-    true one in median, and a true difference of the median reported MDE is detected with 80% power
-    (``tests/test_statistics.py``, by simulation with its Monte-Carlo error)."""
+    half of the studies, and its MDE had about 75% power at 5 seeds and 70% at 3 (simulated). So the reported
+    MDE is the true one in median: a true difference of the median reported MDE is detected with 80% power
+    (``tests/test_statistics.py``, by simulation, within its Monte-Carlo error)."""
     if not (np.isfinite(se) and se > 0):
         return float("nan") if not np.isfinite(se) else 0.0
     if df > 1000:  # the noncentral t is the normal there (and scipy's nct loses precision), σ known
@@ -269,7 +270,8 @@ def mde(se: float, df: float, alpha: float = ALPHA, power: float = POWER) -> flo
     high = critical + stats.norm.ppf(power) + 1.0
     while shortfall(high) < 0:
         high *= 2
-    sigma = se * (np.sqrt(df / stats.chi2.ppf(0.5, df)) if not __import__("os").environ.get("NOCORR") else 1)
+    k = df if estimated_df is None else estimated_df
+    sigma = se * np.sqrt(k / stats.chi2.ppf(0.5, k)) if np.isfinite(k) and k <= 1000 else se
     return float(brentq(shortfall, 0.0, high) * sigma)
 
 
@@ -346,12 +348,15 @@ class Decomposition:
         finetuning = 0.0 if np.isnan(self.finetuning_seed) else self.finetuning_seed
         return 2 * (pretraining / seeds + (finetuning + noise) / (seeds * finetune_seeds))
 
-    def planned_mde(self, seeds: int, finetune_seeds: int, examples: int, alpha: float = ALPHA) -> float:
-        """The MDE of that paired comparison (:func:`mde`; degrees of freedom of its replicates)."""
+    def planned_mde(self, seeds: int, finetune_seeds: int, examples: int, alpha: float = ALPHA,
+                    estimated_df: float | None = None) -> float:
+        """The MDE of that paired comparison (:func:`mde`; degrees of freedom of its replicates), these
+        components having been estimated with ``estimated_df`` degrees of freedom (default: the design's)."""
         df = seeds - 1 if seeds > 1 else finetune_seeds - 1
         if df < 1:
             return float("nan")
-        return mde(float(np.sqrt(self.paired_variance(seeds, finetune_seeds, examples))), df, alpha)
+        return mde(float(np.sqrt(self.paired_variance(seeds, finetune_seeds, examples))), df, alpha,
+                   estimated_df=estimated_df)
 
     @property
     def shares(self) -> dict[str, float]:

@@ -88,3 +88,41 @@ def test_adding_an_objective_reruns_only_its_stages(repo, monkeypatch):
     assert ran_stages(out) == {f"pretraining_data@{ADDED}-42", f"sweep@{ADDED}", f"pretrain@{ADDED}-42",
                                f"curves@{ADDED}-42", f"finetune@{ADDED}-42-sentiment"}
     assert f"| {ADDED} |" in comparison(repo, monkeypatch)
+
+
+def test_a_study_runs_as_units_and_a_fresh_clone_goes_on_from_the_committed_ones(repo, tmp_path):
+    """``make study``'s mechanism (tasks/orchestration/units.py) on a reduced study: it plans, runs every unit and
+    reports from the committed units; a clone with no DVC cache finds all of them done and builds the report
+    alone; a changed fine-tuning param leaves the recipes done and every seed's unit to run again."""
+    import subprocess
+    import sys
+
+    repo, env, _ = repo
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
+    run([*git, "add", "-A"], repo, env)
+    run([*git, "commit", "-qm", "the pipeline"], repo, env)
+    reduced = ["--out", "reports/u", "-S", "compare=[mlm,wwm]", "-S", "pretrain.seeds=[42,43]"]
+    study = [sys.executable, "-m", "tasks.orchestration.study", "study", *reduced]
+    out = run(study, repo, env)
+    assert "study: 0 of 8 units done" in out and "study: unit wwm-43 done" in out and "8 of 8 units done" in out
+    records = sorted(p.stem for p in (repo / "reports" / "u" / "units").glob("*.yaml"))
+    assert records == sorted(["recipe-mlm", "recipe-wwm", "mlm-42", "wwm-42", "random-42", "mlm-43", "wwm-43",
+                              "random-43"])
+    report = (repo / "reports" / "u" / "report.md").read_text()
+    assert "| pretraining beats random init | BERT (Devlin et al. 2019) | sentiment |" in report
+    assert (repo / "reports" / "u" / "metrics" / "outcomes" / "wwm-43-sentiment.parquet").is_file()
+    assert not (repo / ".dvc" / "tmp" / "study").exists() or not any((repo / ".dvc" / "tmp" / "study").iterdir())
+    run([*git, "add", "reports/u"], repo, env)
+    run([*git, "commit", "-qm", "the study's units"], repo, env)
+
+    clone = tmp_path / "clone"
+    run(["git", "clone", "-q", str(repo), str(clone)], tmp_path, env)
+    assert not (clone / ".dvc" / "cache").exists()
+    env = {**env, "PYTHONPATH": env["PYTHONPATH"].replace(str(repo), str(clone))}
+    again = run(study, clone, env)
+    assert "study: 8 of 8 units done" in again and "unit " not in again.replace("units done", "")
+    assert (clone / "reports" / "u" / "report.md").read_text().split("## Findings")[1].split("## Corpus")[0] == \
+        report.split("## Findings")[1].split("## Corpus")[0]
+    changed = subprocess.run([*study, "--plan", "-S", "finetune.training.epochs=2"], cwd=clone, env=env,
+                             capture_output=True, text=True)
+    assert "study: 2 of 8 units done" in changed.stdout, changed.stdout + changed.stderr
