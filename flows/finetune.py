@@ -22,7 +22,7 @@ from tasks.core.params import load_params
 from tasks.downstream.families import FAMILIES, load_task_data
 from tasks.downstream.finetune import learning_rate_grid, run_seed, summarize
 from tasks.downstream.finetuned import write_finetuned
-from tasks.downstream.outcomes import counts, write_outcomes
+from tasks.downstream.outcomes import COUNTED, counts, write_outcomes
 from tasks.training.distributed import join_process_group, run_training_stage
 from tasks.training.seeds import map_seeds
 
@@ -58,8 +58,8 @@ def finetune(model_name: str, task_name: str) -> None:
                "seeds": cfg.seeds, "seed_workers": cfg.seed_workers, "wall_sec": wall, "encoding": encoding,
                "training": training.model_dump(), "runs": runs, **summary,
                **({"search": [{"learning_rate": lr, "dev": d} for lr, d in dev.items()]} if len(dev) > 1 else {})}
-    outcomes = {seed: counts(spec.family, headline, tables["test"], predictions["test"])
-                for seed, (_, predictions, _) in zip(cfg.seeds, results)}
+    outcomes = {seed: counts(spec.family, headline, tables["test"], predictions["test"])  # none: Matthews, Pearson
+                for seed, (_, predictions, _) in zip(cfg.seeds, results) if headline in COUNTED[spec.family]}
     name = paths.finetune_name(model_name, task_name)
     with atomic_outputs(paths.PREDICTIONS / name, paths.stage_metrics("finetune", name),
                         paths.stage_metrics("outcomes", name, ".parquet")) as (out, metrics_file, outcomes_file):

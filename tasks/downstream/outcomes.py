@@ -87,9 +87,9 @@ def counts(family: str, metric: str, table: pa.Table, predictions) -> np.ndarray
 def write_outcomes(path: Path, family: str, metric: str, by_seed: dict[int, np.ndarray]) -> None:
     """``{fine-tuning seed: counts [N, k]}`` (:func:`counts`) as one Parquet table at ``path``: a row per
     seed and example (seeds in the given order, examples in the split's), columns ``seed``, ``c0`` ...
-    ``c<k-1>``; the family and metric in its schema metadata."""
+    ``c<k-1>``; the family and metric in its schema metadata. No seeds (a metric without outcomes): no rows."""
     seeds = list(by_seed)
-    stacked = np.concatenate([by_seed[s] for s in seeds])
+    stacked = np.concatenate([by_seed[s] for s in seeds]) if seeds else np.zeros((0, 0))
     columns = {"seed": pa.array(np.repeat(seeds, [len(by_seed[s]) for s in seeds]), pa.int64()),
                **{f"c{i}": pa.array(stacked[:, i], pa.float64()) for i in range(stacked.shape[1])}}
     write_parquet(path, pa.table(columns).replace_schema_metadata({"family": family, "metric": metric}))

@@ -18,6 +18,7 @@ from tasks.core.metrics.compression import DistillMetrics
 from tasks.core.metrics.downstream import FinetuneMetrics
 from tasks.core.metrics.multilingual import ContinuePretrainMetrics
 from tasks.core.paths import seeded
+from tasks.downstream.outcomes import COUNTED
 from tasks.report.common import load_metrics, table
 from tasks.report.gates import finetune_failure, invalid_reason
 from tasks.report.outcomes import run_counts
@@ -80,7 +81,7 @@ def load_outcomes(params, metrics: Path) -> dict[tuple[str, str], Outcomes]:
     for procedure, models in procedures(params).items():
         for task in params.finetune.tasks:
             runs = [load_metrics(metrics / "finetune" / f"{m}-{task}.json", FinetuneMetrics) for m in models.values()]
-            if not all(runs):
+            if not all(runs) or runs[0].headline not in COUNTED[runs[0].family]:  # Matthews, Pearson: no outcomes
                 continue
             seeds = [r.seed for r in runs[0].runs]
             cells = [run_counts(metrics / "outcomes" / f"{m}-{task}.parquet", seeds) for m in models.values()]
