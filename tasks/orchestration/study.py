@@ -174,7 +174,7 @@ def plan_text(which: str, units: list[Unit], state: dict[str, bool], study: Path
                       *rows])
 
 
-def report(which: str, study: Path, units: list[Unit], params_text: str, wall: float) -> None:
+def report(which: str, study: Path, units: list[Unit], params_text: str) -> None:
     """The study's report from its committed units alone (``study/metrics``), with ``params.yaml`` (the
     study's params), ``variance.json``, ``study.json`` (each unit's minutes, commit and machine) and the MDE
     planner's plan for a 1-point MDE; each written atomically."""
@@ -194,7 +194,7 @@ def report(which: str, study: Path, units: list[Unit], params_text: str, wall: f
         html.write_text(to_html(text.replace("](figures/", f"]({figures.name}/"), study, f"{TITLE}: {which}"),
                         encoding="utf-8")
         summary.write_text(to_json({
-            "study": which, "units": len(units), "this_run_wall_sec": round(wall, 1),
+            "study": which, "units": len(units),
             "unit_minutes": round(sum(r["wall_sec"] for r in records.values()) / 60, 1),
             "by_unit": {n: {k: r[k] for k in ("kind", "wall_sec", "prefix_sec", "commit", "finished", "machine")}
                         for n, r in records.items()}}), encoding="utf-8")
@@ -213,10 +213,9 @@ def run_study(which: str, params: dict, checked: Params, workers: int, study: Pa
     todo = [u for u in units if not state[u.name]]
     if plan_only:
         return 0
-    t0 = time.time()
     with left_behind_removed():
         run_units(study, todo, units, overrides, workers, sys.stdout, which)
-    report(which, study, units, params_text, time.time() - t0)
+    report(which, study, units, params_text)
     print(f"{which}: {len(units)} of {len(units)} units done; report, metrics and plan in {study}/ (commit them)")
     return 0
 

@@ -119,10 +119,10 @@ def test_a_study_runs_as_units_and_a_fresh_clone_goes_on_from_the_committed_ones
     run(["git", "clone", "-q", str(repo), str(clone)], tmp_path, env)
     assert not (clone / ".dvc" / "cache").exists()
     env = {**env, "PYTHONPATH": env["PYTHONPATH"].replace(str(repo), str(clone))}
+    changed = subprocess.run([*study, "--plan", "-S", "finetune.training.epochs=2"], cwd=clone, env=env,
+                             capture_output=True, text=True)
+    assert "study: 2 of 8 units done" in changed.stdout, changed.stdout + changed.stderr  # the recipes read no finetune
     again = run(study, clone, env)
     assert "study: 8 of 8 units done" in again and "unit " not in again.replace("units done", "")
     assert (clone / "reports" / "u" / "report.md").read_text().split("## Findings")[1].split("## Corpus")[0] == \
         report.split("## Findings")[1].split("## Corpus")[0]
-    changed = subprocess.run([*study, "--plan", "-S", "finetune.training.epochs=2"], cwd=clone, env=env,
-                             capture_output=True, text=True)
-    assert "study: 2 of 8 units done" in changed.stdout, changed.stdout + changed.stderr
