@@ -284,12 +284,12 @@ def run_units(study: Path, todo: list[Unit], units: list[Unit], overrides: list[
         spaces = [stack.enter_context(workspace(WORKSPACES / f"{name}-{k}", study, overrides, units))
                   for k in range(min(workers, len(todo)))]
         stages = prefix(spaces[0], units) if spaces else []
-        free = list(spaces)
+        free, failed = list(spaces), []
 
         def one(unit: Unit) -> dict | None:
             nonlocal finished
-            if failed and unit.kind != "recipe" and any(f"recipe-{unit.name.rsplit('-', 1)[0]}" == f for f in failed):
-                return None  # its recipe failed
+            if f"recipe-{unit.name.rsplit('-', 1)[0]}" in failed:
+                return None  # the seeds of a failed recipe wait for it
             space = free.pop()
             try:
                 print(f"{name}: unit {unit.name} ({len(unit.stages)} stages) in {space}", file=log, flush=True)
@@ -304,7 +304,6 @@ def run_units(study: Path, todo: list[Unit], units: list[Unit], overrides: list[
                   "done", file=log, flush=True)
             return record
 
-        failed: list[str] = []
         for group in ([u for u in todo if u.kind == "recipe"], [u for u in todo if u.kind != "recipe"]):
             with ThreadPoolExecutor(max(1, len(spaces))) as pool:
                 records += [r for r in pool.map(one, group) if r]
