@@ -3,8 +3,8 @@
 :func:`tasks.report.statistics.compare`) against the percentile Multi-Bootstrap and a bootstrap over
 one checkpoint pair's test examples, with test-sample noise dominating and with pretraining-seed
 noise dominating (each design's measured variance shares are written beside its rows, so that its
-name can be checked), and at 2 pretraining seeds (where the verdict rule gives no verdict, but its
-interval must still keep its false-positive rate): false positives under no effect, coverage of a
+name can be checked), and at 2 pretraining seeds (where the verdict rule gives no verdict and no MDE, but
+its interval must still keep its false-positive rate): false positives under no effect, coverage of a
 known effect, realised power at the reported MDE.
 
 Usage: python benchmarks/error_rates.py [--comparisons 1000] [--bootstrap-comparisons 300]

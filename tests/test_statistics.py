@@ -9,8 +9,8 @@ from scipy import stats
 from sklearn.metrics import f1_score
 
 from tasks.report.simulation import Design, effect_for, error_rates
-from tasks.report.statistics import (Outcomes, compare, decompose, example_bootstrap, f1_of, macro_f1_of, mean_of,
-                                     multibootstrap, paired_mde)
+from tasks.report.statistics import (Outcomes, compare, decompose, example_bootstrap, f1_of, from_runs, macro_f1_of,
+                                     mean_of, multibootstrap, paired_mde, two_proportions)
 
 # the study's shape (5 pretraining seeds x 3 fine-tuning seeds x 1,000 test examples) in two regimes:
 # test-sample noise dominating a run's variance, and pretraining-seed noise dominating it
@@ -130,6 +130,16 @@ def test_two_replicates_give_no_zero_width_interval_and_keep_the_false_positive_
     assert min(r.high - r.low for r in results) > 0
     assert np.mean([r.low > 0 or r.high < 0 for r in results]) <= 0.07
     assert {r.verdict for r in results} == {"too few replicates"}  # an interval, but no verdict from 2 seeds
+    assert all(np.isnan(r.mde) for r in results)  # nor an MDE: from 1 degree of freedom it had 56% power
+
+
+def test_no_variation_gives_no_interval_and_no_mde():
+    """Two procedures alike on every run and example (both right everywhere): no SE to scale an effect
+    by, so no [0, 0] interval, no forced verdict and no MDE of 0."""
+    a = Outcomes(np.tile([1.0, 1.0], (3, 1, 50, 1)), mean_of(scale=100), seeds=(1, 2, 3), finetune_seeds=(1,))
+    result = compare(a, a)
+    assert result.difference == 0 and np.isnan(result.low) and np.isnan(result.mde) and result.verdict == "n/a"
+    assert from_runs([80.0, 81.0, 82.0], [79.0, 80.0, 81.0], paired=True).verdict == "n/a"
 
 
 def test_the_decomposition_mde_is_the_paired_comparisons():
@@ -145,3 +155,19 @@ def test_one_test_example_gives_no_interval():
     a, b = (Outcomes(np.array([[[[c, 1.0]]]]), mean_of(scale=100)) for c in (1.0, 0.0))
     result = compare(a, b)
     assert result.difference == 100 and np.isnan(result.low) and result.verdict == "n/a"
+
+
+def test_two_proportions_keep_their_coverage_near_0_where_the_wald_interval_collapses():
+    """Agresti-Caffo: two checkpoints that both predict none of a language right get an interval around 0 (the
+    Wald interval was [0, 0] with an MDE of 0), and over simulated pairs of small held-out sets its 95%
+    interval covers the true difference at least 93% of the time, near 0 and away from it."""
+    none = two_proportions(0, 147, 0, 147)
+    assert none.difference == 0 and none.low < 0 < none.high and none.mde > 0 and none.verdict == "within noise"
+    rng = np.random.default_rng(21)
+    for p_a, p_b, n in ((0.01, 0.01, 140), (0.02, 0.06, 150), (0.2, 0.1, 300)):
+        right = rng.binomial(n, [p_a, p_b], size=(2000, 2))
+        results = [two_proportions(int(a), n, int(b), n) for a, b in right]
+        covered = np.mean([r.low <= 100 * (p_a - p_b) <= r.high for r in results])
+        assert covered >= 0.93, (p_a, p_b, covered)
+    with pytest.raises(ValueError, match="right <= total"):
+        two_proportions(5, 4, 0, 10)

@@ -179,7 +179,7 @@ def plan_text(which: str, units: list[Unit], state: dict[str, bool], study: Path
 
 def report(which: str, study: Path, units: list[Unit], params_text: str) -> None:
     """The study's report from its committed units alone (``study/metrics``), with ``params.yaml`` (the
-    study's params), ``variance.json``, ``study.json`` (each unit's minutes, commit and machine) and the MDE
+    study's params), ``variance.json``, ``study.json`` (each unit's minutes, commit and machine; the units of each commit) and the MDE
     planner's plan for a 1-point MDE; each written atomically."""
     from tasks.report.html import to_html
     from tasks.report.report import TITLE, Inputs, build_report
@@ -200,8 +200,22 @@ def report(which: str, study: Path, units: list[Unit], params_text: str) -> None
             "study": which, "units": len(units),
             "unit_minutes": round(sum(r["wall_sec"] for r in records.values()) / 60, 1),
             "by_unit": {n: {k: r[k] for k in ("kind", "wall_sec", "prefix_sec", "commit", "finished", "machine")}
-                        for n, r in records.items()}}), encoding="utf-8")
+                        for n, r in records.items()},
+            "by_commit": _by_commit(records)}), encoding="utf-8")
     plan([str(study), "--target", "1.0"])
+
+
+def _by_commit(records: dict[str, dict]) -> dict[str, dict]:
+    """The units grouped by the commit they ran at (a stop of a study run over sessions runs at one commit):
+    their names, minutes and machines, in the order they finished."""
+    out: dict[str, dict] = {}
+    for name, r in sorted(records.items(), key=lambda item: item[1]["finished"]):
+        group = out.setdefault(r["commit"], {"units": [], "minutes": 0.0, "machines": []})
+        group["units"].append(name)
+        group["minutes"] = round(group["minutes"] + r["wall_sec"] / 60, 1)
+        if r["machine"] not in group["machines"]:
+            group["machines"].append(r["machine"])
+    return out
 
 
 def run_study(which: str, params: dict, checked: Params, workers: int, study: Path, plan_only: bool = False) -> int:

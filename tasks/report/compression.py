@@ -93,9 +93,11 @@ def _findings(task: str, distilled: list[DistillMetrics], pruned: list[PruneMetr
         for name in ("kd", "kd_intermediate", "multi_teacher"):
             if name in v and len(base) > 1:
                 c = from_runs([100 * fraction(f, r.test[h]) for r in v[name].runs], base, paired=True)
+                over = f"over {len(base)} fine-tuning seeds"
                 lines.append(f"{task}, student {m.student}: {name} vs labels only {c.difference:+.2f} points "
-                             f"[95% CI {c.low:+.2f}, {c.high:+.2f}, over {len(base)} fine-tuning seeds; "
-                             f"MDE {c.mde:.2f}]: {c.verdict}.")
+                             + (f"({over})" if c.withheld else
+                                f"[95% CI {c.low:+.2f}, {c.high:+.2f}, {over}; MDE {c.mde:.2f}]")
+                             + f": {c.verdict}.")
         if "multi_teacher" in v:
             s, e = _summary(f, v["multi_teacher"].test[h]), _summary(f, v["teacher_ensemble"].test[h])
             lines.append(f"{task}, student {m.student}: multi-teacher student {fmt(s.mean, 1, True)} vs the "

@@ -22,7 +22,8 @@ from tasks.downstream.outcomes import COUNTED
 from tasks.report.common import load_metrics, table
 from tasks.report.gates import finetune_failure, invalid_reason
 from tasks.report.outcomes import run_counts
-from tasks.report.statistics import Comparison, Outcomes, compare, decompose, from_runs, interval, paired_mde
+from tasks.report.statistics import (Comparison, Outcomes, compare, decompose, from_runs, interval, paired_mde,
+                                     two_proportions)
 from tasks.report.templating import render_blocks
 
 
@@ -84,10 +85,10 @@ def load_outcomes(params, metrics: Path) -> dict[tuple[str, str], Outcomes]:
             if not all(runs) or runs[0].headline not in COUNTED[runs[0].family]:  # Matthews, Pearson: no outcomes
                 continue
             seeds = [r.seed for r in runs[0].runs]
-            cells = [run_counts(metrics / "outcomes" / f"{m}-{task}.parquet", seeds) for m in models.values()]
-            metric, family = cells[0][1], cells[0][2]
+            counted = [run_counts(metrics / "outcomes" / f"{m}-{task}.parquet", seeds) for m in models.values()]
+            metric, family = counted[0][1], counted[0][2]
             scale = 1.0 if family == "mrc" else 100.0  # everything in percentage points
-            found[procedure, task] = Outcomes(np.asarray([c for c, _, _ in cells]),
+            found[procedure, task] = Outcomes(np.asarray([c for c, _, _ in counted]),
                                               lambda sums, m=metric, k=scale: k * m(sums), tuple(models), tuple(seeds))
     return found
 
@@ -96,26 +97,18 @@ def _families(params) -> dict[str, str]:
     return {t: params.tasks[t].family for t in params.finetune.tasks}
 
 
-WITHHELD = ("too few replicates", "n/a")  # verdicts that print no interval and no p-value
-
-
-def _ci(c: Comparison) -> str:
-    """``Δ [low, high]``; ``Δ`` alone where the verdict is withheld (an interval from 2 replicates excluded 0 in
-    7-8.5% of null comparisons: printed, it would read as the finding the verdict withholds)."""
+def cells(c: Comparison) -> list[str]:
+    """``[Δ [low, high], p, MDE]``; ``[Δ, -, -]`` where the verdict is withheld (:attr:`Comparison.withheld`)."""
     signed = lambda x: f"{round(x, 2) + 0.0:+.2f}"  # noqa: E731  (+ 0.0: no "-0.00")
-    if c.verdict in WITHHELD:
-        return signed(c.difference)
-    return f"{signed(c.difference)} [{signed(c.low)}, {signed(c.high)}]"
-
-
-def _p(c: Comparison) -> str:
-    return "-" if c.verdict in WITHHELD else f"{c.p_value:.3f}"
+    if c.withheld:
+        return [signed(c.difference), "-", "-"]
+    return [f"{signed(c.difference)} [{signed(c.low)}, {signed(c.high)}]", f"{c.p_value:.3f}", f"{c.mde:.2f}"]
 
 
 def _row(finding: str, source: str, task: str, c: Comparison, about: str, invalid: str | None = None) -> list[str]:
     """A Findings row; ``invalid`` (:func:`tasks.report.gates.invalid_reason`) replaces the verdict."""
     agrees = {"better": "agrees", "worse": "contradicts"}.get(c.verdict, c.verdict)
-    return [finding, source, task, _ci(c), _p(c), f"{c.mde:.2f}", invalid or f"{agrees}{about}"]
+    return [finding, source, task, *cells(c), invalid or f"{agrees}{about}"]
 
 
 def _about(c: Comparison) -> str:
@@ -152,14 +145,15 @@ def _reference_rows(params, outcomes: dict, metrics: Path) -> list[list[str]]:
             if (PRETRAINING, t) in outcomes and (baseline, t) in outcomes:
                 c = compare(outcomes[PRETRAINING, t], outcomes[baseline, t])
                 failed = invalid or finetune_failure(metrics, procedures(params), (PRETRAINING, baseline), t)
-                rows.append([f"this run's {PRETRAINING} vs the published {baseline} (reference)", "-", t, _ci(c),
-                             _p(c), f"{c.mde:.2f}", failed or c.verdict])
+                rows.append([f"this run's {PRETRAINING} vs the published {baseline} (reference)", "-", t,
+                             *cells(c), failed or c.verdict])
     return rows
 
 
 def _cino_rows(params, metrics: Path) -> list[list[str]]:
     """CINO: resampling helps the small languages (held-out MLM accuracy, resampled − natural), with
-    a normal interval over the held-out predictions of the two checkpoints."""
+    the Agresti-Caffo interval over the held-out predictions of the two checkpoints
+    (:func:`tasks.report.statistics.two_proportions`)."""
     runs = {m: load_metrics(metrics / "continue_pretrain" / f"{m}.json", ContinuePretrainMetrics)
             for m in ("resampled", "natural")}
     if not all(runs.values()):
@@ -170,16 +164,13 @@ def _cino_rows(params, metrics: Path) -> list[list[str]]:
     small = sorted(after["natural"], key=lambda lang: after["natural"][lang].predictions)[:4]
     for lang in small:
         a, b = after["resampled"][lang], after["natural"][lang]
-        if not a.predictions or a.accuracy is None or b.accuracy is None:
+        if not a.predictions or not b.predictions or a.accuracy is None or b.accuracy is None:
             continue
-        diff = 100 * (a.accuracy - b.accuracy)
-        se = 100 * np.sqrt(a.accuracy * (1 - a.accuracy) / a.predictions
-                           + b.accuracy * (1 - b.accuracy) / b.predictions)
-        low, high = diff - 1.96 * se, diff + 1.96 * se
-        verdict = "agrees" if low > 0 else "contradicts" if high < 0 else "within noise"
+        c = two_proportions(round(a.accuracy * a.predictions), a.predictions,
+                            round(b.accuracy * b.predictions), b.predictions)
+        verdict = {"better": "agrees", "worse": "contradicts"}.get(c.verdict, c.verdict)
         rows.append(["resampling helps the small languages", "CINO (Yang et al. 2022, §3.2)",
-                     f"held-out MLM accuracy, {lang}", f"{diff:+.2f} [{low:+.2f}, {high:+.2f}]", "-",
-                     f"{2.8 * se:.2f}", f"{verdict} (about these two checkpoints)"])
+                     f"held-out MLM accuracy, {lang}", *cells(c), f"{verdict} (about these two checkpoints)"])
     return rows
 
 
@@ -199,7 +190,7 @@ def _distill_rows(params, metrics: Path) -> list[list[str]]:
             score = {name: [scale * r.test[m.headline] for r in v.runs] for name, v in variants.items()}
             c = from_runs(score["kd"], score["labels"], paired=True)
             rows.append([f"distillation beats labels alone ({student})", "TextBrewer (Yang et al. 2020, §4)", task,
-                         _ci(c), _p(c), f"{c.mde:.2f}",
+                         *cells(c),
                          {"better": "agrees", "worse": "contradicts"}.get(c.verdict, c.verdict)
                          + " (about this teacher)"])
     return rows
@@ -221,23 +212,23 @@ def comparison_section(params, outcomes: dict) -> str:
         return ""
     rows, decomposition = [], []
     for p in procedures(params):
-        cells = []
+        row = []
         for t in tasks:
             o = outcomes.get((p, t))
             if o is None:
-                cells.append("-")
+                row.append("-")
                 continue
             ci, runs = interval(o), o.runs
-            mean = f"{ci.difference:.1f}" + ("" if ci.verdict in WITHHELD else f" [{ci.low:.1f}, {ci.high:.1f}]")
-            cells.append(f"{mean} · {runs.max():.1f} ({runs.mean():.1f})")
-        rows.append([p, *cells])
+            mean = f"{ci.difference:.1f}" + ("" if ci.withheld else f" [{ci.low:.1f}, {ci.high:.1f}]")
+            row.append(f"{mean} · {runs.max():.1f} ({runs.mean():.1f})")
+        rows.append([p, *row])
     for t in tasks:
         o = outcomes.get((PRETRAINING, t)) or next(outcomes[p, t] for p in procedures(params) if (p, t) in outcomes)
         shares, planned = decompose(o).shares, paired_mde(o)
         # the MDE of a paired comparison of two procedures that vary as this one (compare's variance)
         decomposition.append([t, *(f"{100 * shares[k]:.0f}%" if not np.isnan(shares[k]) else "n/a (one seed)"
                                    for k in ("pretraining_seed", "finetuning_seed", "test_sample")),
-                              f"{planned:.2f}" if np.isfinite(planned) else "n/a"])
+                              f"{planned:.2f}" if np.isfinite(planned) else "-"])
     headers = ["procedure", *[f"{t} ({_families(params)[t]})" for t in tasks]]
     return render_blocks("comparison.md.j2", table=table(headers, rows),
                          decomposition=table(["task", "pretraining seed", "fine-tuning seed", "test sample",

@@ -156,6 +156,13 @@ class Comparison:
             return "too few replicates"
         return "better" if self.low > 0 else "worse" if self.high < 0 else "within noise"
 
+    @property
+    def withheld(self) -> bool:
+        """No verdict (``too few replicates``, ``n/a``): then the report prints the difference alone, with
+        no interval, p-value or MDE (from 2 replicates an interval still excluded 0 in 7-8.5% of null
+        comparisons and the MDE had 56% power: printed, they would read as the finding withheld)."""
+        return self.verdict in ("too few replicates", "n/a")
+
 
 def _level(o: Outcomes) -> tuple[np.ndarray, str]:
     """The replicate means of a procedure: per pretraining seed when there are several, else per
@@ -201,7 +208,9 @@ def compare(a: Outcomes, b: Outcomes, alpha: float = ALPHA) -> Comparison:
     examples. The variance is floored at the larger of its seed-level and example-level terms
     (a method-of-moments estimate can come out at or below 0 with few replicates, which would give
     a zero-width interval and a forced verdict); the residual term enters the degrees of freedom.
-    Fewer than 2 test examples leave no interval (NaN, verdict ``n/a``).
+    Fewer than 2 test examples, or no variation at all (every run and example differ alike: nothing to
+    scale an effect by), leave no interval (NaN, verdict ``n/a``); under :data:`MIN_REPLICATES` the MDE
+    is NaN (from 1 degree of freedom it had 56% power, not 80%: ``benchmarks/error_rates.py``).
 
     Raises:
         ValueError: the two do not score the same number of test examples.
@@ -213,8 +222,8 @@ def compare(a: Outcomes, b: Outcomes, alpha: float = ALPHA) -> Comparison:
     la, what = _level(a)
     lb, what_b = _level(b)
     count = max(len(la), len(lb)) if max(len(la), len(lb)) > 1 else n
+    nan = float("nan")
     if n < 2:
-        nan = float("nan")
         return Comparison(diff, nan, nan, nan, nan, nan, nan, paired, "test examples", count)
     xa, xb = a.pseudo_values(), b.pseudo_values()
     if paired:
@@ -236,11 +245,21 @@ def compare(a: Outcomes, b: Outcomes, alpha: float = ALPHA) -> Comparison:
     v_example, df_example = e.var(ddof=1) / len(e), len(e) - 1
     variance = max(v_seed + v_example - residual, v_seed, v_example)
     df = _df([(v_seed, df_seed), (v_example, df_example), (residual, df_residual)], variance)
-    se = float(np.sqrt(variance))
-    t = stats.t.ppf(1 - alpha / 2, df)
-    p = float(2 * stats.t.sf(abs(diff) / se, df)) if se > 0 else float(diff == 0)
-    return Comparison(diff, diff - t * se, diff + t * se, p, se, df, mde(se, df, alpha), paired,
-                      what if (la.size > 1 or lb.size > 1) else "test examples", count)
+    what = what if (la.size > 1 or lb.size > 1) else "test examples"
+    return _t_comparison(diff, float(np.sqrt(variance)), df, paired, what, count, alpha)
+
+
+def _t_comparison(diff: float, se: float, df: float, paired: bool, replicates: str, count: int,
+                  alpha: float) -> Comparison:
+    """The t interval, p-value and MDE of ``diff`` with standard error ``se`` on ``df`` degrees of freedom;
+    all NaN when ``se`` is 0, the MDE NaN under :data:`MIN_REPLICATES` (see :func:`compare`)."""
+    if not se > 0:
+        nan = float("nan")
+        return Comparison(diff, nan, nan, nan, se, df, nan, paired, replicates, count)
+    t = stats.t.ppf(1 - alpha / 2, df) if np.isfinite(df) else stats.norm.ppf(1 - alpha / 2)
+    p = float(2 * stats.t.sf(abs(diff) / se, df))
+    detectable = mde(se, df, alpha) if count >= MIN_REPLICATES else float("nan")
+    return Comparison(diff, diff - t * se, diff + t * se, p, se, df, detectable, paired, replicates, count)
 
 
 def mde(se: float, df: float, alpha: float = ALPHA, power: float = POWER, estimated_df: float | None = None) -> float:
@@ -280,9 +299,9 @@ def paired_mde(o: Outcomes, alpha: float = ALPHA) -> float:
     ``o`` does: twice the variance of its replicate means over their count, with the paired
     difference's degrees of freedom, as :func:`compare` would compute it. The test examples'
     difficulty cancels in the pairing, so a single run's variance (which holds it) would overstate
-    it 1.5-2.1x. NaN with fewer than 2 replicates."""
+    it 1.5-2.1x. NaN under :data:`MIN_REPLICATES` replicates (as :func:`compare`'s)."""
     levels, _ = _level(o)
-    if len(levels) < 2:
+    if len(levels) < MIN_REPLICATES:
         return float("nan")
     return mde(float(np.sqrt(2 * levels.var(ddof=1) / len(levels))), len(levels) - 1, alpha)
 
@@ -406,11 +425,29 @@ def from_runs(a: list[float], b: list[float], paired: bool, replicates: str = "f
         va, vb = a.var(ddof=1) / len(a), b.var(ddof=1) / len(b)
         se = float(np.sqrt(va + vb))
         df = float((va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))) if va + vb > 0 else np.inf
-    diff = float(a.mean() - b.mean())
-    t = stats.t.ppf(1 - alpha / 2, df) if np.isfinite(df) else stats.norm.ppf(1 - alpha / 2)
-    p = float(2 * stats.t.sf(abs(diff) / se, df)) if se > 0 else float(diff == 0)
-    return Comparison(diff, diff - t * se, diff + t * se, p, se, df, mde(se, df, alpha) if se > 0 else 0.0,
-                      paired, replicates, max(len(a), len(b)))
+    return _t_comparison(float(a.mean() - b.mean()), se, df, paired, replicates, max(len(a), len(b)), alpha)
+
+
+def two_proportions(right_a: int, total_a: int, right_b: int, total_b: int, alpha: float = ALPHA) -> Comparison:
+    """``right_a / total_a − right_b / total_b`` (e.g. two checkpoints' held-out MLM accuracies, in
+    percentage points) with the Agresti-Caffo interval (Agresti & Caffo 2000, The American Statistician
+    54(4)): one success and one failure added to each side before the Wald interval, so two accuracies of
+    0 (or 1) keep a width, where the Wald interval would be ``[0, 0]``, and its coverage near 0 stays
+    close to nominal. Unpaired (conservative when both score the same predictions); its replicates are
+    the predictions, so its MDE is the normal one.
+
+    Raises:
+        ValueError: a side with no predictions, or more right than total.
+    """
+    if min(total_a, total_b) < 1 or not (0 <= right_a <= total_a and 0 <= right_b <= total_b):
+        raise ValueError(f"proportions need 0 <= right <= total, total >= 1: {right_a}/{total_a}, {right_b}/{total_b}")
+    adjusted = [((x + 1) / (n + 2), n + 2) for x, n in ((right_a, total_a), (right_b, total_b))]
+    centre = 100 * (adjusted[0][0] - adjusted[1][0])
+    se = 100 * float(np.sqrt(sum(q * (1 - q) / m for q, m in adjusted)))
+    z = stats.norm.ppf(1 - alpha / 2)
+    return Comparison(100 * (right_a / total_a - right_b / total_b), centre - z * se, centre + z * se,
+                      float(2 * stats.norm.sf(abs(centre) / se)), se, np.inf, mde(se, np.inf, alpha), False,
+                      "test examples", min(total_a, total_b))
 
 
 def interval(o: Outcomes, alpha: float = ALPHA) -> Comparison:
