@@ -8,7 +8,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from tasks.orchestration.units import plan_units
+from tasks.orchestration.units import estimate_minutes, plan_units
 from tasks.report.planner import costs, markdown, plan
 from tasks.report.statistics import Decomposition
 from tests.conftest import ROOT
@@ -100,6 +100,16 @@ def test_a_study_is_cut_into_units_each_recipe_then_seed_by_seed_then_the_baseli
     # a stage is in one unit, but for the data the sweeps train on (its recipe's and its seed's: either may run first)
     stages = [s for u in units for s in u.stages if s not in ("pretraining_data@mlm-42", "pretraining_data@wwm-42")]
     assert len(stages) == len(set(stages))
+
+
+def test_a_unit_is_estimated_from_the_finished_units_of_its_procedure_else_of_its_kind(tmp_path):
+    units = plan_units(study.check_params({"compare": "[mlm,wwm,electra]", "pretrain.seeds": "[42,43,44]"}))
+    (tmp_path / "units").mkdir()
+    for name, seconds in (("mlm-42", 600), ("electra-42", 1200)):
+        (tmp_path / "units" / f"{name}.yaml").write_text(f"unit: {name}\nwall_sec: {seconds}\n")
+    minutes = {u.name: estimate_minutes(u, tmp_path, units, None) for u in units if u.kind == "pretrained"}
+    assert minutes["electra-43"] == 20 and minutes["mlm-44"] == 10  # an ELECTRA pretraining costs about twice
+    assert minutes["wwm-42"] == 15  # none of its own finished: the mean of its kind
 
 
 def test_the_planners_costs_are_numbers_when_a_pretraining_recorded_no_flops(tmp_path):

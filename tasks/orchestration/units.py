@@ -315,16 +315,19 @@ def run_units(study: Path, todo: list[Unit], units: list[Unit], overrides: list[
 
 
 def estimate_minutes(unit: Unit, study: Path, units: list[Unit], params: Params, metrics: Path = Path("metrics")) -> float:
-    """What ``unit`` will take on this machine: the mean wall time of the study's finished units of its kind,
-    else the committed default run's measured stages (``metrics``: a pretraining; a fine-tuning of MLM or
+    """What ``unit`` will take on this machine: the mean wall time of the study's finished units of its kind and
+    procedure (``electra-43`` from ``electra-42``: an ELECTRA pretraining costs about twice an MLM one), else of
+    its kind, else the committed default run's measured stages (``metrics``: a pretraining; a fine-tuning of MLM or
     random init, times the learning rates searched; a recipe's sweep settings at their fraction of the
     budget; a published model about 6x a tiny one; pretrainings scaled to ``pretrain.token_budget``), plus a few
     seconds a stage."""
     from tasks.core.io import read_json
 
-    same = [r["wall_sec"] for u in units if u.kind == unit.kind and (r := read_unit(study, u))]
-    if same:
-        return sum(same) / len(same) / 60
+    procedure = lambda name: name.rsplit("-", 1)[0]  # noqa: E731  (a seed's unit: its objective)
+    finished = {u.name: r["wall_sec"] for u in units if u.kind == unit.kind and (r := read_unit(study, u))}
+    for same in ([w for n, w in finished.items() if procedure(n) == procedure(unit.name)], list(finished.values())):
+        if same:
+            return sum(same) / len(same) / 60
     mean = lambda xs: sum(xs) / len(xs) if xs else 0.0  # noqa: E731
     pretrain = params.pretrain.token_budget * mean(  # seconds per token of the default run's pretrainings
         [(m := read_json(p))["wall_sec"] / m["tokens"] for p in sorted((metrics / "pretrain").glob("*.json"))])
