@@ -192,7 +192,8 @@ def report(which: str, study: Path, units: list[Unit], params_text: str) -> None
                     params_file=study / "params.yaml")
     with atomic_outputs(study / "report.md", study / "report.html", study / "figures", study / "variance.json",
                         study / "study.json") as (md, html, figures, variance, summary):
-        text = build_report.fn(params, figures, study, inputs, variance=variance)
+        by_commit = _by_commit(records)
+        text = build_report.fn(params, figures, study, inputs, variance=variance) + _units_section(by_commit)
         md.write_text(text, encoding="utf-8")
         html.write_text(to_html(text.replace("](figures/", f"]({figures.name}/"), study, f"{TITLE}: {which}"),
                         encoding="utf-8")
@@ -201,7 +202,7 @@ def report(which: str, study: Path, units: list[Unit], params_text: str) -> None
             "unit_minutes": round(sum(r["wall_sec"] for r in records.values()) / 60, 1),
             "by_unit": {n: {k: r[k] for k in ("kind", "wall_sec", "prefix_sec", "commit", "finished", "machine")}
                         for n, r in records.items()},
-            "by_commit": _by_commit(records)}), encoding="utf-8")
+            "by_commit": by_commit}), encoding="utf-8")
     plan([str(study), "--target", "1.0"])
 
 
@@ -216,6 +217,20 @@ def _by_commit(records: dict[str, dict]) -> dict[str, dict]:
         if r["machine"] not in group["machines"]:
             group["machines"].append(r["machine"])
     return out
+
+
+def _units_section(by_commit: dict[str, dict]) -> str:
+    """The report's last section: how the study ran, a row per commit its units ran at (a stop)."""
+    from tasks.report.common import table
+
+    machine = lambda m: f"{m['cpu']} ({m['cores']} cores, {', '.join(m['isa']) or 'no AVX'})"  # noqa: E731
+    rows = [[commit, str(len(g["units"])), ", ".join(g["units"]), f"{g['minutes']:.1f}",
+             "; ".join(machine(m) for m in g["machines"])] for commit, g in by_commit.items()]
+    units, minutes = sum(len(g["units"]) for g in by_commit.values()), sum(g["minutes"] for g in by_commit.values())
+    stops = len(by_commit)
+    return (f"\n## How the study ran\n\n{units} units in {stops} stop{'s' * (stops != 1)} (the commits they ran at), "
+            f"{minutes:.1f} unit-minutes in all (each unit's own in `study.json`).\n\n"
+            + table(["commit", "units", "which", "minutes", "machine"], rows))
 
 
 def run_study(which: str, params: dict, checked: Params, workers: int, study: Path, plan_only: bool = False) -> int:

@@ -110,6 +110,7 @@ def test_a_study_runs_as_units_and_a_fresh_clone_goes_on_from_the_committed_ones
                               "random-43"])
     report = (repo / "reports" / "u" / "report.md").read_text()
     assert "| pretraining beats random init | BERT (Devlin et al. 2019) | sentiment |" in report
+    assert "## How the study ran\n\n8 units in 1 stop (the commits they ran at)" in report
     assert (repo / "reports" / "u" / "metrics" / "outcomes" / "wwm-43-sentiment.parquet").is_file()
     assert not (repo / ".dvc" / "tmp" / "study").exists() or not any((repo / ".dvc" / "tmp" / "study").iterdir())
     run([*git, "add", "reports/u"], repo, env)
