@@ -461,6 +461,44 @@ def test_a_command_of_make_study_dies_with_it(tmp_path):
         if _alive(child):
             os.kill(child, signal.SIGKILL)
 
+STUDY_OF_SLEEPERS = """
+import contextlib, signal, sys
+from pathlib import Path
+from tasks.orchestration import study, units
+
+# each unit's command starts a grandchild (as dvc repro starts its stage) and sleeps; both print their pids
+SLEEPER = ("import os, subprocess, sys, time; subprocess.Popen([sys.executable, '-c', "
+           "'import os, time; print(os.getpid(), flush=True); time.sleep(120)']); print(os.getpid(), flush=True); "
+           "time.sleep(120)")
+units.workspace = lambda path, *args: contextlib.nullcontext(path)
+units.prefix = lambda space, all_units: []
+units.run_unit = lambda space, out, unit, stages, log, env=None: units._run([sys.executable, "-c", SLEEPER], log)
+signal.signal(signal.SIGTERM, study._stop)
+todo = [units.Unit(f"u{k}", "pretrained", ()) for k in range(3)]
+units.run_units(Path("."), todo, todo, [], 1, open(sys.argv[1], "w", buffering=1))
+"""
+
+
+def test_a_terminated_study_stops_its_running_unit_and_starts_no_other(tmp_path):
+    """SIGTERM reaches the study's main thread while a worker thread runs a unit's `dvc repro`: the command
+    and the stage under it go (DVC terminated leaves its stage running), and no unit after it starts."""
+    log = tmp_path / "study.log"
+    proc = subprocess.Popen([sys.executable, "-c", STUDY_OF_SLEEPERS, str(log)], cwd=ROOT)
+    deadline = time.monotonic() + 60
+    while len(pids := [int(x) for x in log.read_text().split() if x.isdigit()] if log.is_file() else []) < 2:
+        assert time.monotonic() < deadline and proc.poll() is None, "the unit's command never started"
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGTERM)
+    try:
+        assert proc.wait(30) != 0
+        assert _gone_within(pids)
+        assert "unit u0" in log.read_text() and "unit u1" not in log.read_text()
+    finally:
+        for pid in pids + [proc.pid]:
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
 def test_the_prefect_server_of_make_repro_dies_with_its_wrapper_killed_with_9(tmp_path):
     """The wrapper of `make repro` starts a Prefect server when none is configured: a `kill -9` of the
     wrapper takes the server (and its port) down too, not only the command."""

@@ -39,6 +39,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -186,25 +187,65 @@ def prefix(workspace: Path, units: list[Unit]) -> list[str]:
     return sorted(upstream - ours)
 
 
+class _Commands:
+    """The commands the study's worker threads run now. A stop (Ctrl-C, SIGTERM) arrives in the main thread
+    only: :meth:`stop` terminates every one of them, each with its process group (``dvc repro`` and the
+    stage it runs: DVC leaves its child running when it is terminated), and no command starts after it."""
+
+    def __init__(self):
+        self.lock, self.live, self.stopped = threading.Lock(), set(), False
+
+    def start(self, cmd: list[str], **kwargs) -> subprocess.Popen:
+        with self.lock:
+            if self.stopped:
+                raise SystemExit(128 + signal.SIGTERM)
+            proc = subprocess.Popen(cmd, start_new_session=True, **kwargs)
+            self.live.add(proc)
+            return proc
+
+    def reset(self) -> None:
+        """Let commands start again (a run after a stopped one, in the same process)."""
+        with self.lock:
+            self.stopped = False
+
+    def done(self, proc: subprocess.Popen) -> None:
+        with self.lock:
+            self.live.discard(proc)
+
+    def stop(self) -> None:
+        with self.lock:
+            self.stopped, live = True, list(self.live)
+        for proc in live:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
+        for proc in live:
+            proc.wait()
+
+
+COMMANDS = _Commands()
+
+
 def _run(cmd: list[str], log, env: dict | None = None, cwd: Path | None = None) -> str:
     """Run ``cmd`` (in ``cwd``, ``os.environ`` updated with ``env``), echoing its output to ``log`` as it comes;
-    its output. The command dies with this process (a terminated ``make study`` left its stage running).
+    its output. The command dies with this process (a terminated ``make study`` left its stage running), and
+    with its process group when the study stops (:class:`_Commands`).
 
     Raises:
-        SystemExit: the command failed (its status).
+        SystemExit: the command failed (its status), or the study is stopping.
     """
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=cwd,
-                            env={**os.environ, **(env or {})},
-                            preexec_fn=partial(die_with_parent, signal.SIGTERM, os.getpid()))
+    proc = COMMANDS.start(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=cwd,
+                          env={**os.environ, **(env or {})},
+                          preexec_fn=partial(die_with_parent, signal.SIGTERM, os.getpid()))
     lines = []
     try:
         for line in proc.stdout:
             log.write(line)
             lines.append(line)
-    except BaseException:  # stopped (Ctrl-C, SIGTERM): the command goes first, then its workspace
-        proc.terminate()
-        proc.wait()
+    except BaseException:  # stopped (Ctrl-C, SIGTERM) in the main thread: the commands go first, then the workspace
+        COMMANDS.stop()
         raise
+    finally:
+        COMMANDS.done(proc)
     if proc.wait():
         raise SystemExit(proc.returncode)
     return "".join(lines)
@@ -277,6 +318,7 @@ def run_units(study: Path, todo: list[Unit], units: list[Unit], overrides: list[
             that finished is recorded).
     """
     total, finished, records = len(units), len(units) - len(todo), []
+    COMMANDS.reset()
     # side by side, each worker's stages get their share of the cores for what does not pin its own threads
     # (torch reads OMP_NUM_THREADS at start; pretraining pins pretrain.threads, which its result depends on)
     env = {"OMP_NUM_THREADS": str(max(1, len(os.sched_getaffinity(0)) // workers))} if workers > 1 else None
@@ -305,8 +347,15 @@ def run_units(study: Path, todo: list[Unit], units: list[Unit], overrides: list[
             return record
 
         for group in ([u for u in todo if u.kind == "recipe"], [u for u in todo if u.kind != "recipe"]):
-            with ThreadPoolExecutor(max(1, len(spaces))) as pool:
+            pool = ThreadPoolExecutor(max(1, len(spaces)))
+            try:
                 records += [r for r in pool.map(one, group) if r]
+            except BaseException:  # stopped (Ctrl-C, SIGTERM): no unit starts, the running ones' commands go
+                pool.shutdown(wait=False, cancel_futures=True)
+                COMMANDS.stop()
+                pool.shutdown()
+                raise
+            pool.shutdown()
     if failed:
         print(f"{name}: unit(s) {', '.join(failed)} failed (their output above); {finished} of {total} units done. "
               "Fix, commit, and run the study again: it runs only what is not done", file=log, flush=True)
