@@ -215,11 +215,15 @@ class _Commands:
     def stop(self) -> None:
         with self.lock:
             self.stopped, live = True, list(self.live)
-        for proc in live:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGTERM)
-        for proc in live:
-            proc.wait()
+        for sig in (signal.SIGTERM, signal.SIGKILL):  # a stage gets 30 s to clean up
+            for proc in live:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, sig)
+            for proc in live:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(30)
+            if all(proc.poll() is not None for proc in live):
+                return
 
 
 COMMANDS = _Commands()
