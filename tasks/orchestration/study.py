@@ -179,9 +179,10 @@ def plan_text(which: str, units: list[Unit], state: dict[str, bool], study: Path
 
 
 def report(which: str, study: Path, units: list[Unit], params_text: str) -> None:
-    """The study's report from its committed units alone (``study/metrics``), with ``params.yaml`` (the
-    study's params), ``variance.json``, ``study.json`` (each unit's minutes, commit and machine; the units of each commit) and the MDE
-    planner's plan for a 1-point MDE; each written atomically."""
+    """The study's report from its committed units alone (``study/metrics``), ending with how the study ran,
+    with ``params.yaml`` (the study's params), ``variance.json``, ``study.json`` (each unit's minutes, commit
+    and machine; the units of each commit) and the MDE planner's plan for a 1-point MDE; each written
+    atomically."""
     from tasks.report.html import to_html
     from tasks.report.report import TITLE, Inputs, build_report
 

@@ -222,8 +222,8 @@ def compare(a: Outcomes, b: Outcomes, alpha: float = ALPHA) -> Comparison:
     la, what = _level(a)
     lb, what_b = _level(b)
     count = max(len(la), len(lb)) if max(len(la), len(lb)) > 1 else n
-    nan = float("nan")
     if n < 2:
+        nan = float("nan")
         return Comparison(diff, nan, nan, nan, nan, nan, nan, paired, "test examples", count)
     xa, xb = a.pseudo_values(), b.pseudo_values()
     if paired:
