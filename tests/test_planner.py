@@ -179,3 +179,25 @@ def test_a_stopped_full_run_leaves_no_temporary_workspace(tmp_path, monkeypatch)
         study.main(["full"])
     assert [p.name for p in (tmp_path / study.EXP_TEMPS).iterdir()] == ["tmpolder"]
     assert signal.getsignal(signal.SIGTERM) is not study._stop
+
+
+def test_a_recipe_that_chose_as_before_leaves_its_seeds_committed_units_done(tmp_path, monkeypatch):
+    """After the recipes ran again (a changed sweep param), DVC is asked again which units are done: a seed's
+    committed unit whose recipe output came out the same is not run (nor its record rewritten)."""
+    import contextlib
+    import io
+
+    from tasks.orchestration import units as u
+
+    units = plan_units(study.check_params({"compare": "[mlm,wwm]"}))
+    ran = []
+    monkeypatch.setattr(u, "workspace", lambda path, *args: contextlib.nullcontext(path))
+    monkeypatch.setattr(u, "prefix", lambda space, all_units: [])
+    monkeypatch.setattr(u, "run_unit", lambda space, out, unit, *a, **k: ran.append(unit.name) or {"wall_sec": 60})
+    monkeypatch.setattr(u, "done", lambda space, out, all_units: {x.name: x.name in ("mlm-42", "random-42")
+                                                                  for x in all_units})
+    log = io.StringIO()
+    todo = [x for x in units if x.name != "random-42"]  # random-42 was done before; mlm-42 waited for its recipe
+    u.run_units(tmp_path, todo, units, [], 1, log)
+    assert ran == ["recipe-mlm", "recipe-wwm", "wwm-42", "albert_tiny"]
+    assert "the recipes chose as before: mlm-42 still done; 4 of 6 units done" in log.getvalue()

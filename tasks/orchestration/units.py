@@ -350,16 +350,28 @@ def run_units(study: Path, todo: list[Unit], units: list[Unit], overrides: list[
                   "done", file=log, flush=True)
             return record
 
-        for group in ([u for u in todo if u.kind == "recipe"], [u for u in todo if u.kind != "recipe"]):
+        def run(group: list[Unit]) -> None:
             pool = ThreadPoolExecutor(max(1, len(spaces)))
             try:
-                records += [r for r in pool.map(one, group) if r]
+                records.extend(r for r in pool.map(one, group) if r)
             except BaseException:  # stopped (Ctrl-C, SIGTERM): no unit starts, the running ones' commands go
                 pool.shutdown(wait=False, cancel_futures=True)
                 COMMANDS.stop()
                 pool.shutdown()
                 raise
             pool.shutdown()
+
+        recipes, seeds = [u for u in todo if u.kind == "recipe"], [u for u in todo if u.kind != "recipe"]
+        run(recipes)
+        if recipes and seeds:  # a recipe run again that chose as before leaves its seeds' committed units done
+            with workspace(WORKSPACES / f"{name}-check", study, overrides, units) as check:
+                state = done(check, study, units)
+            if still := [u.name for u in seeds if state[u.name]]:
+                finished += len(still)
+                print(f"{name}: the recipes chose as before: {', '.join(still)} still done; {finished} of {total} "
+                      "units done", file=log, flush=True)
+            seeds = [u for u in seeds if not state[u.name]]
+        run(seeds)
     if failed:
         print(f"{name}: unit(s) {', '.join(failed)} failed (their output above); {finished} of {total} units done. "
               "Fix, commit, and run the study again: it runs only what is not done", file=log, flush=True)
