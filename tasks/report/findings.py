@@ -105,10 +105,14 @@ def cells(c: Comparison) -> list[str]:
     return [f"{signed(c.difference)} [{signed(c.low)}, {signed(c.high)}]", f"{c.p_value:.3f}", f"{c.mde:.2f}"]
 
 
+def _claim(c: Comparison) -> str:
+    """The verdict said of a claim (a − b in the paper's direction): ``agrees``, ``contradicts`` or the verdict."""
+    return {"better": "agrees", "worse": "contradicts"}.get(c.verdict, c.verdict)
+
+
 def _row(finding: str, source: str, task: str, c: Comparison, about: str, invalid: str | None = None) -> list[str]:
     """A Findings row; ``invalid`` (:func:`tasks.report.gates.invalid_reason`) replaces the verdict."""
-    agrees = {"better": "agrees", "worse": "contradicts"}.get(c.verdict, c.verdict)
-    return [finding, source, task, *cells(c), invalid or f"{agrees}{about}"]
+    return [finding, source, task, *cells(c), invalid or f"{_claim(c)}{about}"]
 
 
 def _about(c: Comparison) -> str:
@@ -168,9 +172,8 @@ def _cino_rows(params, metrics: Path) -> list[list[str]]:
             continue
         c = two_proportions(round(a.accuracy * a.predictions), a.predictions,
                             round(b.accuracy * b.predictions), b.predictions)
-        verdict = {"better": "agrees", "worse": "contradicts"}.get(c.verdict, c.verdict)
         rows.append(["resampling helps the small languages", "CINO (Yang et al. 2022, §3.2)",
-                     f"held-out MLM accuracy, {lang}", *cells(c), f"{verdict} (about these two checkpoints)"])
+                     f"held-out MLM accuracy, {lang}", *cells(c), f"{_claim(c)} (about these two checkpoints)"])
     return rows
 
 
@@ -190,9 +193,7 @@ def _distill_rows(params, metrics: Path) -> list[list[str]]:
             score = {name: [scale * r.test[m.headline] for r in v.runs] for name, v in variants.items()}
             c = from_runs(score["kd"], score["labels"], paired=True)
             rows.append([f"distillation beats labels alone ({student})", "TextBrewer (Yang et al. 2020, §4)", task,
-                         *cells(c),
-                         {"better": "agrees", "worse": "contradicts"}.get(c.verdict, c.verdict)
-                         + " (about this teacher)"])
+                         *cells(c), f"{_claim(c)} (about this teacher)"])
     return rows
 
 
