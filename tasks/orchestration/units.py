@@ -12,8 +12,8 @@ A finished unit leaves small files in the study's folder (``reports/<study>/``),
 - ``units/<unit>.yaml``: DVC's lock entry of each of its stages (the md5 of every dep, the params it
   read, its outs), the commit and machine it ran on and its wall time;
 - its git-sized outputs at their pipeline paths: the stages' ``cache: false`` outs (``metrics/...``:
-  pretraining log and gates, curves, fine-tuning scores and per-example test outcomes) and the
-  recipe a sweep chose (``data/recipes/<objective>.json``); models stay out of git.
+  pretraining log and gates, curves, fine-tuning scores) and the small cached outs of :data:`KEPT`
+  (per-example test outcomes, the recipe a sweep chose); models stay out of git.
 
 **Whether a unit is done is DVC's own decision**: in a workspace (a ``git worktree`` of HEAD under
 ``.dvc/tmp/study/``, params with the study's overrides) whose ``dvc.lock`` is the committed one with the
@@ -54,8 +54,10 @@ from tasks.core.lifetime import die_with_parent
 from tasks.core.params import Params
 
 WORKSPACES = Path(".dvc/tmp/study")
-KEPT = ("data/recipes/",)
-"""Cached outs small enough for git that a later unit reads (besides every ``cache: false`` out)."""
+KEPT = ("data/recipes/", "metrics/outcomes/")
+"""Cached outs small enough for git that the study reads (besides every ``cache: false`` out). They are
+cached, not ``cache: false``: DVC keeps no run cache for a stage with an uncached out other than a metric
+or plot (``dvc/stage/__init__.py``), and a fine-tuning restored from it is minutes saved per rerun."""
 
 
 @dataclass(frozen=True)
