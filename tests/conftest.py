@@ -7,6 +7,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+# make test runs two workers on two cores, and each stage a test starts inherits this: a test model
+# (hidden size 32) gains nothing from intra-op threads, and two workers' threads would thrash
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 import tasks  # noqa: F401  (offline environment before Prefect is imported)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -53,7 +57,7 @@ def small_params() -> dict:
                                        "num_attention_heads": 2, "intermediate_size": 64, "local_attention_layers": 1}
     params["model"] = {"preset": "test"}
     params["pretraining_data"].update(shard_size=300)
-    params["pretrain"].update(token_budget=6000, batch_size=8, log_every=5, checkpoint_every=10)
+    params["pretrain"].update(token_budget=6000, batch_size=8, log_every=5, checkpoint_every=10, threads=1)
     # the default run has no sweep (its recipes are params); the study's, two settings, runs here
     params["sweep"]["settings"] = {"lr5e-4": {"learning_rate": 0.0005}, "lr1e-3": {"learning_rate": 0.001}}
     params["sweep"]["learned_only"] = False  # 1,500 tokens a setting: no model learns, the choice is still made
