@@ -16,12 +16,10 @@ from pathlib import Path
 import torch
 
 from tasks.core.io import write_json_atomic
+from tasks.core.machine import cpu
 
 RESULTS = Path(__file__).parent / "results"
 ROOT = Path(__file__).parent.parent
-# the vector extensions CPU timings hang on: one CPU name ("AMD EPYC") covers machines 3x apart in
-# fp32 matmul and far more in bf16
-ISA = ("avx2", "avx512f", "avx512_bf16", "amx_bf16")
 
 
 def commit(files: list[str] = ()) -> tuple[str | None, list[str]]:
@@ -40,14 +38,9 @@ def commit(files: list[str] = ()) -> tuple[str | None, list[str]]:
 
 
 def machine() -> dict:
-    """The facts a timing depends on: CPU and its vector extensions, cores, Python, torch threads and
+    """The facts a timing depends on: the CPU (:func:`tasks.core.machine.cpu`), Python, torch threads and
     version, accelerator."""
-    info = Path("/proc/cpuinfo")
-    lines = info.read_text().splitlines() if info.exists() else []
-    cpu = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), platform.processor())
-    flags = set(next((line.split(":", 1)[1].split() for line in lines if line.startswith("flags")), []))
-    return {"cpu": cpu, "isa": [f for f in ISA if f in flags], "cores": os.cpu_count(),
-            "python": platform.python_version(), "torch": torch.__version__,
+    return {**cpu(), "python": platform.python_version(), "torch": torch.__version__,
             "threads": torch.get_num_threads(),
             "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None}
 

@@ -21,6 +21,7 @@ from pathlib import Path
 HERE = Path(__file__).parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
+from tasks.core.machine import describe  # noqa: E402
 from tasks.orchestration.code_deps import _imports, import_closure  # noqa: E402  (after the path)
 RESULTS = HERE / "results"
 README = HERE / "README.md"
@@ -104,9 +105,8 @@ def _table(figures: dict, label: str = "") -> list[str]:
 
 def _machine(machine: dict) -> str:
     """The machine a result was taken on, in one line (older results lack the Python and ISA fields)."""
-    isa = f" ({', '.join(machine['isa'])})" if machine.get("isa") else ""
     python = f"Python {machine['python']}, " if machine.get("python") else ""
-    return (f"{machine.get('cpu')}{isa}, {machine.get('cores')} cores, {python}torch {machine.get('torch')} "
+    return (f"{describe(machine)}, {python}torch {machine.get('torch')} "
             f"({machine.get('threads')} threads), GPU: {machine.get('gpu') or 'none'}")
 
 

@@ -223,11 +223,11 @@ def _by_commit(records: dict[str, dict]) -> dict[str, dict]:
 
 def _units_section(by_commit: dict[str, dict]) -> str:
     """The report's last section: how the study ran, a row per commit its units ran at (a stop)."""
+    from tasks.core.machine import describe
     from tasks.report.common import table
 
-    machine = lambda m: f"{m['cpu']} ({m['cores']} cores, {', '.join(m['isa']) or 'no AVX'})"  # noqa: E731
     rows = [[commit, str(len(g["units"])), ", ".join(g["units"]), f"{g['minutes']:.1f}",
-             "; ".join(machine(m) for m in g["machines"])] for commit, g in by_commit.items()]
+             "; ".join(describe(m) for m in g["machines"])] for commit, g in by_commit.items()]
     units, minutes = sum(len(g["units"]) for g in by_commit.values()), sum(g["minutes"] for g in by_commit.values())
     stops = len(by_commit)
     return (f"\n## How the study ran\n\n{units} units in {stops} stop{'s' * (stops != 1)} (the commits they ran at), "

@@ -51,6 +51,7 @@ import yaml
 
 from tasks.core.io import atomic_outputs
 from tasks.core.lifetime import die_with_parent
+from tasks.core.machine import cpu
 from tasks.core.params import Params
 
 WORKSPACES = Path(".dvc/tmp/study")
@@ -282,16 +283,6 @@ def keep(workspace: Path, study: Path, stages: list[str] | tuple[str, ...], unde
             (shutil.copytree if (workspace / path).is_dir() else shutil.copyfile)(workspace / path, tmp)
 
 
-def machine() -> dict:
-    """The CPU a unit's minutes hang on: its name, vector extensions (one name covers machines 3x apart) and cores."""
-    info = Path("/proc/cpuinfo")
-    lines = info.read_text().splitlines() if info.exists() else []
-    name = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), "unknown")
-    flags = set(next((line.split(":", 1)[1].split() for line in lines if line.startswith("flags")), []))
-    return {"cpu": name, "isa": [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if f in flags],
-            "cores": len(os.sched_getaffinity(0))}
-
-
 def run_unit(workspace: Path, study: Path, unit: Unit, prefix_stages: list[str], log, env: dict | None = None) -> dict:
     """Run ``unit`` in ``workspace`` (its prefix, then its stages) and record it in ``study``: the prefix's
     metrics and the unit's kept outputs copied to their paths under ``study``, then ``units/<name>.yaml``
@@ -306,7 +297,7 @@ def run_unit(workspace: Path, study: Path, unit: Unit, prefix_stages: list[str],
     keep(workspace, study, unit.stages)
     record = {"unit": unit.name, "kind": unit.kind, "commit": _git("rev-parse", "--short=12", "HEAD", cwd=workspace),
               "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "wall_sec": round(wall, 1),
-              "prefix_sec": round(t1 - t0, 1), "machine": machine(),
+              "prefix_sec": round(t1 - t0, 1), "machine": cpu(),
               "stages": {s: lock[s] for s in unit.stages}}
     with atomic_outputs(study / "units" / f"{unit.name}.yaml") as (tmp,):
         tmp.write_text(yaml.safe_dump(record, sort_keys=False, allow_unicode=True), encoding="utf-8")
