@@ -65,6 +65,8 @@ def test_a_study_with_invalid_overrides_is_refused_before_any_experiment(monkeyp
                "compression.tasks": "[sentiment]",
                "~sweep.settings.lr5e-4": None}
     study.check_params({**study.STUDIES["study"], **reduced})  # a valid reduced study passes
+    # docs/running.md's reduced study (an emptied list after the study's lists: no second dump to break it)
+    study.check_params({**study.STUDIES["study"], **reduced, "finetune.baselines": "[]", "pretrain.threads": "1"})
 
 
 def test_a_study_warns_when_its_workers_threads_exceed_the_cores(monkeypatch, capsys):

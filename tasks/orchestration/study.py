@@ -145,9 +145,13 @@ def check_params(params: dict) -> Params:
     with tempfile.TemporaryDirectory() as tmp:
         copy = Path(tmp) / "params.yaml"
         shutil.copyfile(PARAMS_FILE, copy)
-        for override in overrides:  # one at a time, so that the error names its override
+        # the first k overrides for k = 1..n, so that an error names its override, each set at once as the units'
+        # workspaces apply them: one round trip through ruamel (a second misplaced the comment after a list
+        # it emptied, e.g. finetune.baselines=[], into invalid YAML)
+        for k, override in enumerate(overrides, 1):
+            shutil.copyfile(PARAMS_FILE, copy)
             try:
-                apply_overrides(copy, [override])
+                apply_overrides(copy, overrides[:k])
             except InvalidArgumentError as exc:  # DVC's message names neither the key nor the reason
                 reason = str(exc.__cause__ or exc).splitlines()[0]
                 raise ParamsError(f"-S {override}: {reason} (Hydra's override syntax: a key of {PARAMS_FILE}, "
