@@ -48,9 +48,8 @@ def run(workers: int, overrides: dict[str, str], scratch: Path, log) -> tuple[Pa
     wall seconds)``. Raises ``SystemExit`` naming the log when the study fails."""
     clone = scratch / f"workers-{workers}"
     subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
-    flags = [arg for key, value in overrides.items() for arg in ("-S", f"{key}={value}")]
     cmd = [sys.executable, "-m", prefect_server.__name__, sys.executable, "-m", study.__name__, "study",
-           "--workers", str(workers), "--out", OUT, *flags]
+           "--workers", str(workers), "--out", OUT, *study._flags(overrides)]
     t0 = time.perf_counter()
     env = {**os.environ, "PYTHONPATH": str(clone),  # the clone's code, and this venv's dvc on PATH
            "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])}
@@ -68,7 +67,7 @@ def outputs(folder: Path) -> dict[str, str]:
     for record in sorted((folder / "units").glob("*.yaml")):
         for name, stage in yaml.safe_load(record.read_text(encoding="utf-8"))["stages"].items():
             for out in stage.get("outs", []):
-                if not (out["path"].startswith("metrics/") and not out["path"].startswith("metrics/outcomes/")):
+                if not out["path"].startswith("metrics/") or out["path"].startswith("metrics/outcomes/"):
                     found[f"{name}: {out['path']}"] = out["md5"]
     return found
 
