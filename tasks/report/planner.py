@@ -110,7 +110,9 @@ def markdown(rows: list[dict], gpu: str | None = None) -> str:
                    cell(r["target"]),
                    f"{r['seeds']} x {r['finetune_seeds']} x {r['test_examples']}" if r["seeds"] else
                    f"none within 50 x 10 (best {cell(r['best_reachable'])})", cell(r.get("mde")),
-                   cell(r["minutes"] / 60 if r["minutes"] else None, 1), cell(r["gpu_hours"], 3)] for r in rows])
+                   cell(r["minutes"] / 60 if r["minutes"] else None, 1),
+                   # a small model's GPU time is seconds: two significant digits, not 0.000
+                   "-" if r["gpu_hours"] is None else f"{r['gpu_hours']:.2g}"] for r in rows])
 
 
 def main(argv: list[str]) -> int:
