@@ -61,7 +61,9 @@ def small_params() -> dict:
     # the default run has no sweep (its recipes are params); the study's, two settings, runs here
     params["sweep"]["settings"] = {"lr5e-4": {"learning_rate": 0.0005}, "lr1e-3": {"learning_rate": 0.001}}
     params["sweep"]["learned_only"] = False  # 1,500 tokens a setting: no model learns, the choice is still made
-    params["finetune"].update(baselines=[], seeds=[1, 2])
+    # the seeds in turn in the stage's process: a spawned worker imports torch and the stage's modules (about
+    # 10 s) for a test run of a second; map_seeds' workers are tested on their own (test_seeds, test_faults)
+    params["finetune"].update(baselines=[], seeds=[1, 2], seed_workers=1)
     params["curves"].update(heldout_sequences=40, tasks=["sentiment"])
     params["finetune"]["training"].update(epochs=1, max_seq_length=32)
     params["multilingual"].update(total_tokens=20000, heldout_max_documents=20, pretrain={"token_budget": 3000,

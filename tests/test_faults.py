@@ -161,33 +161,46 @@ def test_a_killed_masking_worker_fails_pretraining_data_naming_the_shard(tmp_pat
                                       random_token_ids=np.arange(5, 90), executor=TWO)
 
 
-@pytest.mark.parametrize("damage", ["garbage marker", "empty marker", "truncated part", "swapped part",
-                                    "missing part"])
-def test_a_damaged_shard_is_redone_with_a_warning_and_the_output_is_identical(tmp_path, damage, caplog):
+# each kind of damage a killed or faulty run can leave, on its own shard (10 shards of 40 rows), and why
+# check_part says that shard must be redone
+DAMAGES = {
+    0: ("garbage marker", "its completion marker is unreadable"),
+    1: ("empty marker", "its completion marker is unreadable"),
+    2: ("truncated part", "sha256 differs"),
+    3: ("swapped part", "sha256 differs"),
+    5: ("missing part", "its part is missing"),
+}
+
+
+def test_damaged_shards_are_redone_with_a_warning_and_the_output_is_identical(tmp_path, caplog):
+    """Every kind of damage at once, one shard each (a pool start per run, not per kind): the rerun redoes
+    exactly those shards, warns for each with its reason, and writes the uninterrupted run's bytes."""
     corpus = corpus_file(tmp_path / "corpus.parquet")
     build(STEP, corpus, tmp_path / "whole" / "out.parquet", 40, TWO)
     output = tmp_path / "damaged" / "out.parquet"
     run = run_shards(STEP, corpus, output, 40, TWO)  # as if killed before writing the output
-    part, marker = run.work / "parts" / "part-00001.parquet", run.work / "completions" / "00001"
-    if damage == "garbage marker":
-        marker.write_text("garbage{")
-    elif damage == "empty marker":
-        marker.write_text("")
-    elif damage == "truncated part":
-        part.write_bytes(part.read_bytes()[:100])
-    elif damage == "swapped part":
-        part.write_bytes((run.work / "parts" / "part-00002.parquet").read_bytes())
-    else:
-        part.unlink()
-    assert check_part(run.work, 1) is not None and check_part(run.work, 0) is None
+    assert run.shards == 10
+    for index, (damage, _) in DAMAGES.items():
+        part, marker = run.work / "parts" / f"part-{index:05d}.parquet", run.work / "completions" / f"{index:05d}"
+        if damage == "garbage marker":
+            marker.write_text("garbage{")
+        elif damage == "empty marker":
+            marker.write_text("")
+        elif damage == "truncated part":
+            part.write_bytes(part.read_bytes()[:100])
+        elif damage == "swapped part":
+            part.write_bytes((run.work / "parts" / "part-00004.parquet").read_bytes())
+        else:
+            part.unlink()
+    assert [i for i in range(run.shards) if check_part(run.work, i)] == list(DAMAGES)
     rerun = run_shards(STEP, corpus, output, 40, TWO)
-    assert rerun.processed == 1  # that shard alone
+    assert rerun.processed == len(DAMAGES)  # those shards alone
     with atomic_outputs(output) as (out,):
         write_output(rerun, STEP.schema, out)
     remove_work(rerun)
     assert md5(output) == md5(tmp_path / "whole" / "out.parquet")
-    if damage != "missing part":
-        assert "redoing shard 1" in caplog.text
+    for index, (damage, reason) in DAMAGES.items():
+        assert re.search(rf"redoing shard {index}: [^\n]*{re.escape(reason)}", caplog.text), damage
 
 
 def test_a_killed_writers_temporaries_are_removed_by_the_next_write(tmp_path):
