@@ -33,7 +33,7 @@ def repo(tmp_path_factory, prefect_server):
     :data:`SAME_PATH` compared, each fine-tuned on sentiment with one seed."""
     params = small_params()
     params["compare"] = [o for o in params["objectives"] if o != ADDED and o not in SAME_PATH]
-    params["finetune"].update(tasks=["sentiment"], seeds=[1], seed_workers=1)  # one seed: no worker process to spawn
+    params["finetune"].update(tasks=["sentiment"], seeds=[1])
     params["curves"]["tasks"] = []
     # (validation: compressed tasks must be fine-tuned, and the ablation reads a model fine-tuned on MRC)
     params["compression"]["tasks"] = ["sentiment"]
