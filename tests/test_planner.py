@@ -25,7 +25,7 @@ def test_planned_variance_drops_the_examples_difficulty_and_shrinks_with_replica
     assert d.paired_variance(5, 3, 1000) == pytest.approx(2 * (4 / 5 + (1 + 2) / 15))
     assert d.paired_variance(5, 3, 4000) == pytest.approx(2 * (4 / 5 + (1 + 0.5) / 15))  # 4x the examples
     assert d.planned_mde(10, 3, 1000) < d.planned_mde(5, 3, 1000)
-    assert np.isnan(d.planned_mde(1, 1, 1000))  # no replicate, no MDE
+    assert np.isnan(d.planned_mde(1, 1, 1000)) and np.isnan(d.planned_mde(2, 3, 1000))  # under 3 replicates, none
 
 
 def test_the_plan_is_the_cheapest_design_that_reaches_the_target():
@@ -130,6 +130,24 @@ def test_the_planners_costs_are_numbers_when_a_pretraining_recorded_no_flops(tmp
     assert cost["pretrain_flops"] == flops and cost["pretrain_min"] > 0
     (row,) = plan({"msra_ner": COMPONENTS}, cost, target=5.0, gpu_rate=1e14)
     assert row["gpu_hours"] == pytest.approx(2 * row["seeds"] * flops / 1e14 / 3600)
+
+
+def test_a_one_seed_study_gets_a_plan_that_says_it_cannot_plan_seeds(tmp_path):
+    """``make compare`` (one pretraining seed) crashed the planner: an MDE of NaN went into plan.json."""
+    from tasks.report.planner import main
+
+    for part in ("pretrain", "finetune", "downstream"):
+        shutil.copytree(ROOT / "metrics" / part, tmp_path / "metrics" / part)
+    one_seed = {**COMPONENTS, "seeds": 1, "finetune_seeds": 2, "pretraining_seed": None}
+    (tmp_path / "variance.json").write_text(json.dumps({"sentiment": one_seed}))
+    assert main([str(tmp_path)]) == 0
+    (row,) = json.loads((tmp_path / "plan.json").read_text())
+    assert row["unplanned"] == "one pretraining seed: its variance is not estimated" and row["seeds"] is None
+    assert row["mde_study_design_full_test"] is None
+    assert "one pretraining seed" in (tmp_path / "plan.md").read_text()
+    # two seeds: the components plan designs, but the study's own (2 replicates) has no MDE, as compare gives none
+    (row,) = plan({"t": {**COMPONENTS, "seeds": 2}}, COST, target=2.0, gpu_rate=None)
+    assert row["mde_study_design_full_test"] is None and row["seeds"] >= 3
 
 
 def test_the_gpu_column_names_the_gpu_its_rate_was_measured_on():

@@ -135,7 +135,19 @@ def test_a_finding_about_a_model_without_gates_or_one_that_failed_them_is_not_ju
     failed = json.loads((tmp_path / "curves" / "mlm-43.json").read_text())
     failed["points"][0]["gates"][0].update(passed=False, low=0.01, value=0.02, high=0.03)
     (tmp_path / "curves" / "mlm-43.json").write_text(json.dumps(failed))
-    assert row()[-1] == "invalid: mlm-43 did not learn its objective (accuracy above the top token's)"
+    assert row()[-1] == "invalid: mlm-43 did not learn its objective by half its budget " \
+        "(accuracy above the top token's at 1)"
+    # one that passes only at its end is at the edge of learning: judged from half its budget on, not before
+    early, late = (json.loads(json.dumps(failed["points"][0])) for _ in range(2))
+    early.update(fraction=0.25)
+    late.update(fraction=0.5)
+    passed = json.loads((tmp_path / "curves" / "mlm-42.json").read_text())
+    for at_half, verdict in ((True, "agrees"), (False, "invalid: mlm-43 did not learn its objective by half its "
+                                                       "budget (accuracy above the top token's at 0.5)")):
+        late["gates"][0]["passed"] = at_half
+        (tmp_path / "curves" / "mlm-43.json").write_text(json.dumps({**passed, "points": [early, late,
+                                                                                        *passed["points"]]}))
+        assert row()[-1] == verdict
 
 
 def test_a_side_whose_every_fine_tuning_run_scored_zero_did_not_learn_the_task(seeded_params, tmp_path):

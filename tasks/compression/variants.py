@@ -83,19 +83,20 @@ def distill_rows(run: TaskRun, teacher: str, base: nn.Module, size: Student, lay
     # the intermediate matches still need the teacher's forward pass at every step
     per_teacher = [SoftLabels.of(t, run.data["train"], run.training.eval_batch_size, run.device) for t in teachers]
     ensemble = SoftLabels.mean(per_teacher)
-    for name, config in configs.items():
-        def student(seed: int, log):  # one seed's student of this variant
-            i = seeds.index(seed)
-            by, soft_labels = {"labels": ([], None), "kd": ([], per_teacher[i]),
-                               "kd_intermediate": ([teachers[i]], None), "multi_teacher": ([], ensemble)}[name]
-            return train_student(run.family, base, size, layer_map, by, run.data["train"], run.labels, run.training,
-                                 config, epochs, lr, seed, run.device, soft_labels, log)
 
-        # the seeds' students trained side by side, measured here after
-        trained = map_seeds(student, seeds, seed_workers, run.device, name)
-        rows.append(evaluate_variant(name, DISTILL_VARIANTS[name], [model for model, _ in trained],
-                                     [{"seed": s, "train": summary} for s, (_, summary) in zip(seeds, trained)],
-                                     run, repeats))
+    def students(seed: int, log) -> dict:  # one seed's student of every variant, in one worker: one spawn a stage
+        i = seeds.index(seed)
+        by = {"labels": ([], None), "kd": ([], per_teacher[i]), "kd_intermediate": ([teachers[i]], None),
+              "multi_teacher": ([], ensemble)}
+        return {name: train_student(run.family, base, size, layer_map, by[name][0], run.data["train"], run.labels,
+                                    run.training, config, epochs, lr, seed, run.device, by[name][1], log)
+                for name, config in configs.items()}
+
+    # the seeds side by side, their students measured here after
+    trained = map_seeds(students, seeds, seed_workers, run.device, "students")
+    for name in configs:
+        rows.append(evaluate_variant(name, DISTILL_VARIANTS[name], [t[name][0] for t in trained],
+                                     [{"seed": s, "train": t[name][1]} for s, t in zip(seeds, trained)], run, repeats))
     return rows, {**soft, "epochs": epochs, "learning_rate": lr}
 
 
@@ -114,17 +115,16 @@ def prune_rows(run: TaskRun, model_name: str, cfg: Prune, seeds: list[int], seed
     knobs = dict(heads=cfg.heads, ffn=cfg.ffn, examples=cfg.importance_examples,
                  batch_size=cfg.importance_batch_size, device=run.device)
     train = run.data["train"]
-    # every variant of one importance kind starts from the IS of the unpruned model: computed once
-    first = map_seeds(lambda seed, log: {kind: importance(by_seed[seed], train, kind, examples=knobs["examples"],
-                                                          batch_size=knobs["batch_size"], device=run.device)
-                                         for kind in IMPORTANCE},
-                      seeds, seed_workers, run.device, "importance")
-    first = dict(zip(seeds, first))
-    for variant in variants(cfg.n_iters):
-        # the seeds' fine-tuned models pruned side by side, measured here after
-        pruned = map_seeds(lambda seed, log: prune_copy(by_seed[seed], train, variant, **knobs,
-                                                        first=first[seed][variant.importance]),
-                           seeds, seed_workers, run.device, variant.name)
+    every = variants(cfg.n_iters)
+
+    def prune_seed(seed: int, log) -> list:  # every variant of one seed's model, in one worker: one spawn a stage
+        # every variant of one importance kind starts from the IS of the unpruned model: computed once
+        first = {kind: importance(by_seed[seed], train, kind, examples=knobs["examples"],
+                                  batch_size=knobs["batch_size"], device=run.device) for kind in IMPORTANCE}
+        return [prune_copy(by_seed[seed], train, v, **knobs, first=first[v.importance]) for v in every]
+
+    # the seeds' fine-tuned models pruned side by side, measured here after: [variant][seed] -> (model, shape)
+    for variant, pruned in zip(every, zip(*map_seeds(prune_seed, seeds, seed_workers, run.device, "prune"))):
         row = evaluate_variant(variant.name, variant.description, [p for p, _ in pruned],
                                [{"seed": s, **shape} for s, (_, shape) in zip(seeds, pruned)], run, repeats)
         save_pruned(pruned[0][0], out / variant.name)

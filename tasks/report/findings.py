@@ -22,8 +22,7 @@ from tasks.downstream.outcomes import COUNTED
 from tasks.report.common import load_metrics, table
 from tasks.report.gates import finetune_failure, invalid_reason
 from tasks.report.outcomes import run_counts
-from tasks.report.statistics import (Comparison, Outcomes, compare, decompose, from_runs, interval, paired_mde,
-                                     two_proportions)
+from tasks.report.statistics import Comparison, Outcomes, compare, decompose, from_runs, interval, two_proportions
 from tasks.report.templating import render_blocks
 
 
@@ -225,8 +224,9 @@ def comparison_section(params, outcomes: dict) -> str:
         rows.append([p, *row])
     for t in tasks:
         o = outcomes.get((PRETRAINING, t)) or next(outcomes[p, t] for p in procedures(params) if (p, t) in outcomes)
-        shares, planned = decompose(o).shares, paired_mde(o)
-        # the MDE of a paired comparison of two procedures that vary as this one (compare's variance)
+        d = decompose(o)
+        # the MDE of a paired comparison of two procedures that vary as this one, at this design (the planner's)
+        shares, planned = d.shares, d.planned_mde(len(o.seeds), len(o.finetune_seeds), d.examples)
         decomposition.append([t, *(f"{100 * shares[k]:.0f}%" if not np.isnan(shares[k]) else "n/a (one seed)"
                                    for k in ("pretraining_seed", "finetuning_seed", "test_sample")),
                               f"{planned:.2f}" if np.isfinite(planned) else "-"])

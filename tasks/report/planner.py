@@ -31,10 +31,10 @@ from tasks.core.errors import PipelineError
 from tasks.core.metrics.downstream import DownstreamMetrics, FinetuneMetrics
 from tasks.core.metrics.pretraining import PretrainMetrics
 from tasks.report.common import load_metrics, table
-from tasks.report.statistics import Decomposition
+from tasks.report.statistics import MIN_REPLICATES, Decomposition
 
 GPU_CHECK = Path("benchmarks/results/gpu_check.json")
-SEEDS, FINETUNE_SEEDS = range(2, 51), range(1, 11)
+SEEDS, FINETUNE_SEEDS = range(MIN_REPLICATES, 51), range(1, 11)  # under 3 seeds no MDE (compare)
 
 
 def costs(study: Path) -> dict:
@@ -72,14 +72,21 @@ def gpu_flops_per_sec(path: Path = GPU_CHECK) -> tuple[str | None, float | None]
 def plan(components: dict, cost: dict, target: float, gpu_rate: float | None) -> list[dict]:
     """Per task, the cheapest design (pretraining seeds, fine-tuning seeds, test examples up to the
     full split) whose planned MDE is at most ``target`` points, with its cost; ``None`` fields when
-    no design within ``SEEDS`` x ``FINETUNE_SEEDS`` reaches it (then the best MDE those reach)."""
+    no design within ``SEEDS`` x ``FINETUNE_SEEDS`` reaches it (then the best MDE those reach), and
+    when the study had one pretraining seed (then ``unplanned`` says so: no variance to plan seeds from)."""
     rows = []
     for task, c in components.items():
+        full = cost["test_examples"].get(task, c["examples"])
+        row = {"task": task, "procedure": c["procedure"], "study_design": [c["seeds"], c["finetune_seeds"], c["examples"]],
+               "test_examples": full, "target": target, "seeds": None, "finetune_seeds": None, "minutes": None,
+               "gpu_hours": None}
+        if c["pretraining_seed"] is None:
+            rows.append({**row, "mde_study_design_full_test": None, "best_reachable": None,
+                         "unplanned": "one pretraining seed: its variance is not estimated"})
+            continue
         d = Decomposition(*(c[k] if c[k] is not None else float("nan") for k in
                             ("pretraining_seed", "finetuning_seed", "test_sample", "run_noise")), c["examples"])
-        full = cost["test_examples"].get(task, c["examples"])
-        estimated = c["seeds"] - 1 if c["seeds"] > 1 else c["finetune_seeds"] - 1  # the components' own df
-        mde = lambda s, f: d.planned_mde(s, f, full, estimated_df=max(estimated, 1))  # noqa: E731
+        mde = lambda s, f: d.planned_mde(s, f, full, estimated_df=c["seeds"] - 1)  # noqa: E731  (the components' df)
         ft_min = cost["finetune_min"].get(task, 0.0)
         best = None
         for s in SEEDS:
@@ -87,18 +94,20 @@ def plan(components: dict, cost: dict, target: float, gpu_rate: float | None) ->
                 minutes = 2 * s * cost["pretrain_min"] + 2 * s * f * ft_min
                 if mde(s, f) <= target and (best is None or minutes < best["minutes"]):
                     best = {"seeds": s, "finetune_seeds": f, "minutes": minutes}
-        now = mde(c["seeds"], c["finetune_seeds"])
-        row = {"task": task, "procedure": c["procedure"], "study_design": [c["seeds"], c["finetune_seeds"], c["examples"]],
-               "test_examples": full, "mde_study_design_full_test": now, "target": target}
+        row["mde_study_design_full_test"] = _number(mde(c["seeds"], c["finetune_seeds"]))
         if best is None:
-            row.update(seeds=None, finetune_seeds=None, minutes=None, gpu_hours=None,
-                       best_reachable=mde(SEEDS[-1], FINETUNE_SEEDS[-1]))
+            row["best_reachable"] = mde(SEEDS[-1], FINETUNE_SEEDS[-1])
         else:
             gpu = 2 * best["seeds"] * cost["pretrain_flops"] / gpu_rate / 3600 if gpu_rate and cost["pretrain_flops"] \
                 else None
             row.update(**best, mde=mde(best["seeds"], best["finetune_seeds"]), gpu_hours=gpu)
         rows.append(row)
     return rows
+
+
+def _number(v: float) -> float | None:
+    """``v``, or None where it is NaN (JSON has none: an MDE under 3 replicates)."""
+    return None if np.isnan(v) else v
 
 
 def markdown(rows: list[dict], gpu: str | None = None) -> str:
@@ -109,7 +118,7 @@ def markdown(rows: list[dict], gpu: str | None = None) -> str:
                  [[r["task"], " x ".join(map(str, r["study_design"])), cell(r["mde_study_design_full_test"]),
                    cell(r["target"]),
                    f"{r['seeds']} x {r['finetune_seeds']} x {r['test_examples']}" if r["seeds"] else
-                   f"none within 50 x 10 (best {cell(r['best_reachable'])})", cell(r.get("mde")),
+                   r.get("unplanned") or f"none within 50 x 10 (best {cell(r['best_reachable'])})", cell(r.get("mde")),
                    cell(r["minutes"] / 60 if r["minutes"] else None, 1),
                    # a small model's GPU time is seconds: two significant digits, not 0.000
                    "-" if r["gpu_hours"] is None else f"{r['gpu_hours']:.2g}"] for r in rows])

@@ -294,18 +294,6 @@ def mde(se: float, df: float, alpha: float = ALPHA, power: float = POWER, estima
     return float(brentq(shortfall, 0.0, high) * sigma)
 
 
-def paired_mde(o: Outcomes, alpha: float = ALPHA) -> float:
-    """The MDE of a paired comparison (same seeds, same test examples) of two procedures that vary as
-    ``o`` does: twice the variance of its replicate means over their count, with the paired
-    difference's degrees of freedom, as :func:`compare` would compute it. The test examples'
-    difficulty cancels in the pairing, so a single run's variance (which holds it) would overstate
-    it 1.5-2.1x. NaN under :data:`MIN_REPLICATES` replicates (as :func:`compare`'s)."""
-    levels, _ = _level(o)
-    if len(levels) < MIN_REPLICATES:
-        return float("nan")
-    return mde(float(np.sqrt(2 * levels.var(ddof=1) / len(levels))), len(levels) - 1, alpha)
-
-
 def multibootstrap(a: Outcomes, b: Outcomes, draws: int = 1000, seed: int = 0,
                    alpha: float = ALPHA) -> Comparison:
     """``a − b`` by the Multi-Bootstrap (module docstring): each of ``draws`` resamples draws the
@@ -369,12 +357,17 @@ class Decomposition:
 
     def planned_mde(self, seeds: int, finetune_seeds: int, examples: int, alpha: float = ALPHA,
                     estimated_df: float | None = None) -> float:
-        """The MDE of that paired comparison (:func:`mde`; degrees of freedom of its replicates), these
-        components having been estimated with ``estimated_df`` degrees of freedom (default: the design's)."""
-        df = seeds - 1 if seeds > 1 else finetune_seeds - 1
-        if df < 1:
+        """The MDE of that paired comparison (:func:`mde`; degrees of freedom of its replicates, the
+        pretraining seeds, else the fine-tuning seeds), these components having been estimated with
+        ``estimated_df`` degrees of freedom (default: the design's). NaN under :data:`MIN_REPLICATES`
+        replicates, as :func:`compare`'s. One definition for the report's variance table (at the study's
+        own design) and the planner (at any), from the components of :func:`decompose`: 80% power where
+        pretraining seeds matter, at least 80% where their variance is estimated at 0
+        (``tests/test_statistics.py``)."""
+        replicates = seeds if seeds > 1 else finetune_seeds
+        if replicates < MIN_REPLICATES:
             return float("nan")
-        return mde(float(np.sqrt(self.paired_variance(seeds, finetune_seeds, examples))), df, alpha,
+        return mde(float(np.sqrt(self.paired_variance(seeds, finetune_seeds, examples))), replicates - 1, alpha,
                    estimated_df=estimated_df)
 
     @property
@@ -391,13 +384,21 @@ def decompose(o: Outcomes) -> Decomposition:
     runs' metrics, fine-tuning seeds within pretraining seeds, with the runs' per-example noise
     taken out: the residual of the runs x examples table over ``N``); the test-sample variance of a
     run is ``Var_n / N`` of its pseudo-values, averaged over runs. A component the design cannot
-    estimate (one seed of that kind) is NaN, not 0; negative estimates are clipped to 0."""
+    estimate (one seed of that kind) is NaN, not 0. Where the pretraining seeds' means vary less than
+    their fine-tuning seeds explain (the moment estimate of its variance below 0), that variance is 0 and
+    the runs' within-seed variance is the two mean squares pooled by their degrees of freedom, REML's
+    estimate at that boundary in a balanced one-way classification (Searle, Casella & McCulloch 1992,
+    *Variance Components*, §3.7), not the within-seed one alone: that, the larger, made the planned MDE
+    of a design where pretraining seeds do not matter twice the realised one (``tests/test_statistics.py``).
+    A negative fine-tuning estimate is 0."""
     runs, x = o.runs, o.pseudo_values()
     s, f, n = x.shape
     test = float(x.var(axis=2, ddof=1).mean() / n)
     noise = _residual(x.reshape(-1, n)) / n  # each run's own example noise, shared by no other run
     within = float(runs.var(axis=1, ddof=1).mean()) if f > 1 else 0.0
     between = float(runs.mean(axis=1).var(ddof=1)) if s > 1 else 0.0
+    if s > 1 and f > 1 and between < within / f:
+        within = ((s - 1) * f * between + s * (f - 1) * within) / (s * f - 1)
     finetuning = max(within - noise, 0.0) if f > 1 else float("nan")
     pretraining = max(between - within / f, 0.0) if s > 1 else float("nan")
     return Decomposition(pretraining, finetuning, test, noise, n)
