@@ -388,7 +388,7 @@ def decompose(o: Outcomes) -> Decomposition:
     their fine-tuning seeds explain (the moment estimate of its variance below 0), that variance is 0 and
     the runs' within-seed variance is the two mean squares pooled by their degrees of freedom, REML's
     estimate at that boundary in a balanced one-way classification (Searle, Casella & McCulloch 1992,
-    *Variance Components*, §3.7), not the within-seed one alone: that, the larger, made the planned MDE
+    *Variance Components*, ch. 3), not the within-seed one alone: that, the larger, made the planned MDE
     of a design where pretraining seeds do not matter twice the realised one (``tests/test_statistics.py``).
     A negative fine-tuning estimate is 0."""
     runs, x = o.runs, o.pseudo_values()
@@ -397,7 +397,7 @@ def decompose(o: Outcomes) -> Decomposition:
     noise = _residual(x.reshape(-1, n)) / n  # each run's own example noise, shared by no other run
     within = float(runs.var(axis=1, ddof=1).mean()) if f > 1 else 0.0
     between = float(runs.mean(axis=1).var(ddof=1)) if s > 1 else 0.0
-    if s > 1 and f > 1 and between < within / f:
+    if s > 1 and f > 1 and between < within / f:  # σ²_p at 0: both mean squares estimate the within-seed variance
         within = ((s - 1) * f * between + s * (f - 1) * within) / (s * f - 1)
     finetuning = max(within - noise, 0.0) if f > 1 else float("nan")
     pretraining = max(between - within / f, 0.0) if s > 1 else float("nan")
