@@ -2,8 +2,10 @@
 (tasks/orchestration/study.py)."""
 
 import json
+import os
 import shutil
 import subprocess
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -221,3 +223,40 @@ def test_a_recipe_that_chose_as_before_leaves_its_seeds_committed_units_done(tmp
     u.run_units(tmp_path, todo, units, [], 1, log)
     assert ran == ["recipe-mlm", "recipe-wwm", "wwm-42", "albert_tiny"]
     assert "the recipes chose as before: mlm-42 still done; 4 of 6 units done" in log.getvalue()
+
+
+def test_a_workers_unit_never_changes_the_process_cwd(tmp_path, monkeypatch):
+    """``--workers N`` runs units in threads of one process, whose cwd they share: a ``chdir`` in one made another's
+    relative workspace path name the wrong folder (the first two-worker study failed so). Reading a workspace's
+    stages (:func:`units.keep`, :func:`units.prefix`) works from any cwd, without ``chdir``, in a thread."""
+    import threading
+
+    from tasks.orchestration import units
+
+    space, study_dir, elsewhere = tmp_path / "space", tmp_path / "study", tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (space / ".dvc").mkdir(parents=True)  # what `dvc init --no-scm` writes (its logger is not the test's)
+    (space / ".dvc" / "config").write_text("[core]\n    no_scm = True\n")
+    (space / "dvc.yaml").write_text("stages:\n  first:\n    cmd: echo\n    outs: [{data/a.txt: {cache: false}}]\n"
+                                    "  second:\n    cmd: echo\n    deps: [data/a.txt]\n"
+                                    "    outs: [{metrics/b.json: {cache: false}}]\n")
+    for path, text in (("data/a.txt", "a"), ("metrics/b.json", "{}")):
+        (space / path).parent.mkdir(parents=True, exist_ok=True)
+        (space / path).write_text(text)
+    monkeypatch.chdir(elsewhere)
+    chdir, chdirs = os.chdir, []
+
+    def watched(path):  # the main thread's (monkeypatch's own) go through
+        if threading.current_thread() is not threading.main_thread():
+            chdirs.append(path)
+        chdir(path)
+
+    monkeypatch.setattr(os, "chdir", watched)
+    found = {}
+    worker = threading.Thread(target=lambda: found.update(
+        prefix=units.prefix(space, [units.Unit("u", "pretrained", ("second",))]),
+        kept=units.keep(space, study_dir, ["second"])))
+    worker.start()
+    worker.join()
+    assert found == {"prefix": ["first"], "kept": None} and chdirs == [] and Path.cwd() == elsewhere
+    assert (study_dir / "metrics" / "b.json").read_text() == "{}" and not (study_dir / "data").exists()

@@ -114,6 +114,7 @@ def workspace(path: Path, study: Path, overrides: list[str], units: list[Unit]) 
     place, and ``dvc.lock`` = the committed lock without any unit stage's entry, plus the entries of the
     committed units."""
     root = Path(_git("rev-parse", "--show-toplevel"))
+    path = path.absolute()  # worker threads share one cwd: a relative path would mean another worker's workspace
     _remove_worktree(path, root)
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
@@ -157,6 +158,7 @@ def done(workspace: Path, study: Path, units: list[Unit]) -> dict[str, bool]:
 
     dvc_log = logging.getLogger("dvc")
     level, dvc_log.level = dvc_log.level, logging.WARNING  # its walk logs a line a stage
+    # DVC resolves repro's targets against the cwd: the main thread alone calls this, with no worker running
     with contextlib.chdir(workspace), Repo(".") as repo, contextlib.ExitStack() as restore:
         restore.callback(dvc_log.setLevel, level)
         graph = repo.index.graph  # edges point from a stage to the stages it depends on
@@ -182,11 +184,10 @@ def prefix(workspace: Path, units: list[Unit]) -> list[str]:
     from dvc.repo import Repo
 
     ours = {s for u in units for s in u.stages}
-    with contextlib.chdir(workspace), Repo(".") as repo:
+    with Repo(str(workspace)) as repo:
         graph = repo.index.graph
-        by_name = {s.addressing: s for s in graph.nodes}
-        upstream = {d.addressing for s in ours for d in nx.descendants(graph, by_name[s])
-                    if getattr(d, "cmd", None)}
+        by_name = {s.name: s for s in graph.nodes}
+        upstream = {d.name for s in ours for d in nx.descendants(graph, by_name[s]) if getattr(d, "cmd", None)}
     return sorted(upstream - ours)
 
 
@@ -272,8 +273,8 @@ def keep(workspace: Path, study: Path, stages: list[str] | tuple[str, ...], unde
     path starts with one of ``under`` from ``workspace`` to the same path under ``study`` (each atomically)."""
     from dvc.repo import Repo
 
-    with contextlib.chdir(workspace), Repo(".") as repo:
-        index = {s.addressing: s for s in repo.index.stages}
+    with Repo(str(workspace)) as repo:  # no chdir: it runs in a worker thread, and the cwd is the process's
+        index = {s.name: s for s in repo.index.stages}
         paths = [o.def_path for name in stages for o in index[name].outs
                  if (not o.use_cache or o.def_path.startswith(KEPT)) and o.def_path.startswith(under)]
     for path in paths:
