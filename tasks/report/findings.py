@@ -96,10 +96,11 @@ def _families(params) -> dict[str, str]:
     return {t: params.tasks[t].family for t in params.finetune.tasks}
 
 
-def cells(c: Comparison) -> list[str]:
-    """``[Δ [low, high], p, MDE]``; ``[Δ, -, -]`` where the verdict is withheld (:attr:`Comparison.withheld`)."""
+def cells(c: Comparison, invalid: str | None = None) -> list[str]:
+    """``[Δ [low, high], p, MDE]``; ``[Δ, -, -]`` where the verdict is withheld (:attr:`Comparison.withheld`)
+    or the comparison is ``invalid`` (a model that did not learn: an interval would read as a finding)."""
     signed = lambda x: f"{round(x, 2) + 0.0:+.2f}"  # noqa: E731  (+ 0.0: no "-0.00")
-    if c.withheld:
+    if c.withheld or invalid:
         return [signed(c.difference), "-", "-"]
     return [f"{signed(c.difference)} [{signed(c.low)}, {signed(c.high)}]", f"{c.p_value:.3f}", f"{c.mde:.2f}"]
 
@@ -111,7 +112,7 @@ def _claim(c: Comparison) -> str:
 
 def _row(finding: str, source: str, task: str, c: Comparison, about: str, invalid: str | None = None) -> list[str]:
     """A Findings row; ``invalid`` (:func:`tasks.report.gates.invalid_reason`) replaces the verdict."""
-    return [finding, source, task, *cells(c), invalid or f"{_claim(c)}{about}"]
+    return [finding, source, task, *cells(c, invalid), invalid or f"{_claim(c)}{about}"]
 
 
 def _about(c: Comparison) -> str:
@@ -149,7 +150,7 @@ def _reference_rows(params, outcomes: dict, metrics: Path) -> list[list[str]]:
                 c = compare(outcomes[PRETRAINING, t], outcomes[baseline, t])
                 failed = invalid or finetune_failure(metrics, procedures(params), (PRETRAINING, baseline), t)
                 rows.append([f"this run's {PRETRAINING} vs the published {baseline} (reference)", "-", t,
-                             *cells(c), failed or c.verdict])
+                             *cells(c, failed), failed or c.verdict])
     return rows
 
 
