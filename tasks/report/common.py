@@ -19,6 +19,12 @@ from tasks.report.templating import ENV  # noqa: E402
 M = TypeVar("M", bound=Metrics)
 
 
+def json_number(value: float) -> float | None:
+    """``value`` as a JSON number; None where it is NaN (JSON has none: a variance component one seed
+    cannot estimate, an MDE under 3 replicates)."""
+    return None if math.isnan(value) else float(value)
+
+
 def fmt(value, digits: int = 2, percent: bool = False) -> str:
     """A number for a table cell; ``-`` for missing values."""
     if value is None or (isinstance(value, float) and math.isnan(value)):

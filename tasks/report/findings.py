@@ -19,7 +19,7 @@ from tasks.core.metrics.downstream import FinetuneMetrics
 from tasks.core.metrics.multilingual import ContinuePretrainMetrics
 from tasks.core.paths import seeded
 from tasks.downstream.outcomes import COUNTED
-from tasks.report.common import load_metrics, table
+from tasks.report.common import json_number, load_metrics, table
 from tasks.report.gates import finetune_failure, invalid_reason
 from tasks.report.outcomes import run_counts
 from tasks.report.statistics import Comparison, Outcomes, compare, decompose, from_runs, interval, two_proportions
@@ -250,8 +250,7 @@ def variance_components(params, outcomes: dict) -> dict[str, dict]:
         if name is None:
             continue
         o, d = outcomes[name, t], decompose(outcomes[name, t])
-        value = lambda v: None if np.isnan(v) else float(v)  # noqa: E731  (JSON has no NaN: a component one seed cannot estimate)
         out[t] = {"procedure": name, "seeds": len(o.seeds), "finetune_seeds": len(o.finetune_seeds),
-                  "pretraining_seed": value(d.pretraining_seed), "finetuning_seed": value(d.finetuning_seed),
-                  "test_sample": value(d.test_sample), "run_noise": value(d.run_noise), "examples": d.examples}
+                  "pretraining_seed": json_number(d.pretraining_seed), "finetuning_seed": json_number(d.finetuning_seed),
+                  "test_sample": json_number(d.test_sample), "run_noise": json_number(d.run_noise), "examples": d.examples}
     return out

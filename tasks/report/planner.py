@@ -30,7 +30,7 @@ from tasks.core.io import atomic_outputs, read_json, write_json
 from tasks.core.errors import PipelineError
 from tasks.core.metrics.downstream import DownstreamMetrics, FinetuneMetrics
 from tasks.core.metrics.pretraining import PretrainMetrics
-from tasks.report.common import load_metrics, table
+from tasks.report.common import json_number, load_metrics, table
 from tasks.report.statistics import MIN_REPLICATES, Decomposition
 
 GPU_CHECK = Path("benchmarks/results/gpu_check.json")
@@ -94,7 +94,7 @@ def plan(components: dict, cost: dict, target: float, gpu_rate: float | None) ->
                 minutes = 2 * s * cost["pretrain_min"] + 2 * s * f * ft_min
                 if mde(s, f) <= target and (best is None or minutes < best["minutes"]):
                     best = {"seeds": s, "finetune_seeds": f, "minutes": minutes}
-        row["mde_study_design_full_test"] = _number(mde(c["seeds"], c["finetune_seeds"]))
+        row["mde_study_design_full_test"] = json_number(mde(c["seeds"], c["finetune_seeds"]))
         if best is None:
             row["best_reachable"] = mde(SEEDS[-1], FINETUNE_SEEDS[-1])
         else:
@@ -103,11 +103,6 @@ def plan(components: dict, cost: dict, target: float, gpu_rate: float | None) ->
             row.update(**best, mde=mde(best["seeds"], best["finetune_seeds"]), gpu_hours=gpu)
         rows.append(row)
     return rows
-
-
-def _number(v: float) -> float | None:
-    """``v``, or None where it is NaN (JSON has none: an MDE under 3 replicates)."""
-    return None if np.isnan(v) else v
 
 
 def markdown(rows: list[dict], gpu: str | None = None) -> str:
