@@ -3,6 +3,7 @@ in ``dvc.lock``, and report section "What changed since the last commit"."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import yaml
 from tasks.core.errors import MetricsError
 from tasks.core.metrics.base import parse_metrics
 from tasks.core.metrics.downstream import FinetuneMetrics
+from tasks.core.paths import METRICS
 from tasks.report.common import fmt, table
 from tasks.report.finetune import as_fractions
 from tasks.report.statistics import from_runs
@@ -47,38 +49,47 @@ def previous_metrics(path: Path, rev: str = "HEAD") -> FinetuneMetrics | None:
     """The committed version of a fine-tuning metrics file at ``rev`` (for "what changed");
     ``None`` when none is committed, or when it does not match today's model (a run of
     other code: nothing to compare with)."""
-    text = _git("show", f"{rev}:{path.as_posix()}")
+    text = _git("show", f"{rev}:./{Path(os.path.relpath(path)).as_posix()}")
     try:
         return parse_metrics(text, FinetuneMetrics, f"{rev}:{path.as_posix()}") if text else None
     except MetricsError:
         return None
 
 
-def changes_section(results: dict[tuple[str, str], FinetuneMetrics]) -> str:
-    """Headline scores of this run vs the committed metrics at HEAD, each difference with its 95%
-    interval over the fine-tuning seeds (Welch: the runs of the two commits are independent), as a
-    table; empty when nothing is committed to compare with.
+def changes_section(results: dict[tuple[str, str], FinetuneMetrics], metrics: Path = METRICS) -> str:
+    """Headline scores of this run vs the committed version of the same metrics files (``metrics``: the
+    default run's, or a study's folder) at HEAD, each difference with its 95% interval over the fine-tuning
+    seeds (Welch: the runs of the two commits are independent), as a table of the scores that changed and a
+    line counting those identical; empty when nothing is committed to compare with. Under
+    :data:`~tasks.report.statistics.MIN_REPLICATES` runs a side the row gives the difference alone.
 
     On the machine that produced the committed metrics, a rerun of unchanged code gives the same
     numbers ("identical"); on another machine training is not bitwise reproducible (BLAS kernels,
     CPU/GPU), so a score there should differ within noise.
     """
-    rows = []
+    rows, identical = [], 0
     for (m, t), now in sorted(results.items()):
-        before = previous_metrics(Path("metrics") / "finetune" / f"{m}-{t}.json")
+        before = previous_metrics(metrics / "finetune" / f"{m}-{t}.json")
         before = as_fractions(before) if before else None
         h = now.headline
         for split in ("dev", "test"):
             if not before or h not in before.summary(split) or h not in now.summary(split):
                 continue
             a, b = now.summary(split)[h], before.summary(split)[h]
+            if a == b:
+                identical += 1
+                continue
             runs_a = [100 * getattr(r, split)[h] for r in now.runs]
             runs_b = [100 * getattr(r, split)[h] for r in before.runs]
-            if a == b or min(len(runs_a), len(runs_b)) < 2:
-                change, verdict = f"{100 * (a.mean - b.mean):+.2f}", "identical" if a == b else "one run: no interval"
+            if min(len(runs_a), len(runs_b)) < 2:
+                change, verdict = f"{100 * (a.mean - b.mean):+.2f}", "one run: no interval"
             else:
                 c = from_runs(runs_a, runs_b, paired=False)
-                change = f"{c.difference:+.2f} [{c.low:+.2f}, {c.high:+.2f}]"
+                change = f"{c.difference:+.2f}" + ("" if c.withheld else f" [{c.low:+.2f}, {c.high:+.2f}]")
                 verdict = {"better": "higher", "worse": "lower"}.get(c.verdict, c.verdict)
             rows.append([f"{m} / {t} {split} {h} (mean)", fmt(b.mean, 2, True), fmt(a.mean, 2, True), change, verdict])
-    return table(["metric", "HEAD", "this run", "change, points [95% CI]", "verdict"], rows) if rows else ""
+    if not rows and not identical:
+        return ""
+    same = f"{identical} of {identical + len(rows)} scores identical to HEAD's." if identical else ""
+    return "\n\n".join(x for x in (table(["metric", "HEAD", "this run", "change, points [95% CI]", "verdict"], rows)
+                                    if rows else "", same) if x)

@@ -73,7 +73,7 @@ def build_report(params: Params, figures: Path, report_dir: Path = paths.REPORTS
         interpretability=interpretability_section(params, metrics, inputs.attributions, figures, report_dir),
         compression=compression_section(metrics, params.compression.tasks, list(params.compression.students),
                                         params.compression.prune.models, figures),
-        changes=changes_section(results),
+        changes=changes_section(results, metrics),
         runtime=runtime_section(metrics, params.pretrained_models, results),
         params_text=inputs.params_file.read_text(encoding="utf-8").strip(),
         data_versions=data_versions(prov))
