@@ -147,9 +147,10 @@ def test_a_finding_about_a_model_without_gates_or_one_that_failed_them_is_not_ju
         late["gates"][0]["passed"] = at_half
         (tmp_path / "curves" / "mlm-43.json").write_text(json.dumps({**passed, "points": [early, late,
                                                                                         *passed["points"]]}))
-        assert row()[-1] == verdict
+        judged = row()
+        assert judged[-1] == verdict
         # an invalid row gives the difference alone: its interval would read as a finding
-        assert (row()[4:6] == ["-", "-"] and "[" not in row()[3]) == verdict.startswith("invalid")
+        assert (judged[4:6] == ["-", "-"] and "[" not in judged[3]) == verdict.startswith("invalid")
 
 
 def test_a_side_whose_every_fine_tuning_run_scored_zero_did_not_learn_the_task(seeded_params, tmp_path):

@@ -88,8 +88,7 @@ def changes_section(results: dict[tuple[str, str], FinetuneMetrics], metrics: Pa
                 change = f"{c.difference:+.2f}" + ("" if c.withheld else f" [{c.low:+.2f}, {c.high:+.2f}]")
                 verdict = {"better": "higher", "worse": "lower"}.get(c.verdict, c.verdict)
             rows.append([f"{m} / {t} {split} {h} (mean)", fmt(b.mean, 2, True), fmt(a.mean, 2, True), change, verdict])
-    if not rows and not identical:
-        return ""
-    same = f"{identical} of {identical + len(rows)} scores identical to HEAD's." if identical else ""
-    return "\n\n".join(x for x in (table(["metric", "HEAD", "this run", "change, points [95% CI]", "verdict"], rows)
-                                    if rows else "", same) if x)
+    parts = [table(["metric", "HEAD", "this run", "change, points [95% CI]", "verdict"], rows)] if rows else []
+    if identical:
+        parts.append(f"{identical} of {identical + len(rows)} scores identical to HEAD's.")
+    return "\n\n".join(parts)
