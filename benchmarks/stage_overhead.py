@@ -1,13 +1,16 @@
-"""A stage's fixed cost: what each stage of ``dvc repro`` spends besides its own work (a Python
-interpreter, importing its flow module, Prefect's flow run, DVC's update of ``dvc.lock``), each
-against its peer, and what it adds up to over the stages of the committed run.
+"""A stage's fixed cost: what each stage of ``dvc repro`` spends besides its own work (starting Python
+and importing its flow module, Prefect's flow run, DVC's update of ``dvc.lock``), each against its
+peer, and what it adds up to over the stages of the committed run.
 
-* interpreter: ``python -c pass``.
-* import: ``python -c "import flows.<module>"`` for each flow module the stages of ``dvc.lock``
-  run, minus the interpreter; shared out by top-level package by one ``-X importtime`` run (torch,
-  transformers, prefect, scipy, ...), which says how much of it is the project's (transformers'
-  lazy ``AutoModel``-style names resolve inside the module that imports them, and count as its own).
-* flow: the first call, in a fresh process, of a flow running one task (``stage_task``, as every
+* start-up: ``python -m timeit -n1 -r1 "import flows.<module>"`` run as a stage runs it under
+  ``make repro``, through the fork server's shim (:mod:`tasks.orchestration.forkserver`: a child of
+  an interpreter that has torch, transformers and Prefect imported), for each flow module the stages
+  of ``dvc.lock`` run; against the same command in a fresh interpreter (the peer, and every stage's
+  cost before the fork server). The fresh import is shared out by top-level package by one
+  ``-X importtime`` run (torch, transformers, prefect, scipy, ...), which says how much of it is the
+  project's (transformers' lazy ``AutoModel``-style names resolve inside the module that imports
+  them, and count as its own).
+* flow: the first call, in a forked process, of a flow running one task (``stage_task``, as every
   stage's) against a local Prefect server, against calling the task's function plainly (the peer).
 * lock: DVC's update of ``dvc.lock`` after each stage (``dvc.utils.serialize.modify_yaml``: a
   round-trip parse that keeps its comments, then a dump) on a copy of the project's lock, against
@@ -15,8 +18,8 @@ against its peer, and what it adds up to over the stages of the committed run.
   with its stages repeated 2 and 4 times, as a study's longer DAG makes it. The update grows with
   the lock, so a run's total grows with the square of its stages (treeverse/dvc#10629).
 
-The fixed cost of the run is the sum over the stages of ``dvc.lock`` of interpreter + their
-module's import + flow + lock update; a stage's, their median over the stages. Writes ``benchmarks/results/stage_overhead.json``::
+The fixed cost of the run is the sum over the stages of ``dvc.lock`` of start-up + flow + lock update;
+a stage's, their median over the stages. Writes ``benchmarks/results/stage_overhead.json``::
 
     python benchmarks/stage_overhead.py [--repeats 2]
 """
@@ -39,8 +42,9 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-from tasks.orchestration.code_deps import FLOW_CMD  # noqa: E402  (after the path)
+sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]  # run as a script, or as -m benchmarks.stage_overhead
+from tasks.orchestration import forkserver as fs  # noqa: E402  (after the path)
+from tasks.orchestration.code_deps import FLOW_CMD  # noqa: E402
 from tasks.orchestration.prefect_server import prefect_server  # noqa: E402
 
 from results import write_results  # noqa: E402  (benchmarks/results.py)
@@ -78,9 +82,28 @@ def package_shares(importtime: str) -> dict[str, float]:
     return {name: us / total for name, us in by_package.most_common()}
 
 
+def _forked(shim: list[str], args: list[str], env: dict) -> tuple[float, str]:
+    """Seconds ``python ARGS`` ran through the fork server's shim, and its output after the pid it prints first.
+
+    Raises:
+        RuntimeError: the command failed, or ran in a fresh interpreter (the server declined it).
+    """
+    t0 = time.perf_counter()
+    proc = subprocess.Popen([*shim, *args], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out, err = proc.communicate()
+    seconds = time.perf_counter() - t0
+    if proc.returncode:
+        raise RuntimeError(f"{' '.join(args)} failed:\n{err[-2000:]}")
+    pid, _, rest = out.partition("\n")
+    if int(pid) == proc.pid:
+        raise RuntimeError(f"{' '.join(args)} ran in a fresh interpreter: the fork server declined it")
+    return seconds, rest
+
+
 def flow_child() -> None:
-    """In a fresh process (``PREFECT_API_URL`` set): print the seconds of a one-task flow's first call
+    """In a forked process (``PREFECT_API_URL`` set): print the seconds of a one-task flow's first call
     and of the same task's function called plainly, as JSON."""
+    print(os.getpid(), flush=True)  # first: proof it was forked (_forked)
     from prefect import flow
 
     from tasks.core.stage import no_heartbeats, stage_task
@@ -142,21 +165,22 @@ def main(argv: list[str] | None = None) -> int:
     lock = ROOT / "dvc.lock"
     python = [sys.executable]
     interpreter = statistics.median(_wall([*python, "-c", "pass"])[0] for _ in range(max(3, args.repeats)))
-
     modules, imports, shares = stage_modules(lock), {}, Counter()
-    for module, stages in sorted(modules.items()):
-        # timed plainly (-X importtime's own bookkeeping doubles an import's time), shared out by one traced run
-        seconds = statistics.median(_wall([*python, "-c", f"import {module}"])[0]
-                                    for _ in range(args.repeats)) - interpreter
-        imports[module.removeprefix("flows.")] = {"stages": stages, "import_sec": round(seconds, 2)}
-        traced = _wall([*python, "-X", "importtime", "-c", f"import {module}"])[1]
-        for package, share in package_shares(traced.stderr).items():  # weighted by the stages that pay it
-            shares[package] += share * seconds * stages
-    import_total = sum(m["import_sec"] * m["stages"] for m in imports.values())
-
-    with prefect_server() as api:
-        env = {**os.environ, "PREFECT_API_URL": api}
-        flows = [json.loads(_wall([*python, __file__, CHILD_FLOW], env)[1].stdout.splitlines()[-1])
+    with prefect_server() as api, fs.forkserver({**os.environ, "PREFECT_API_URL": api}) as env:
+        shim = [sys.executable, "-S", fs.__file__, "client"]  # what `python` on the stages' PATH runs
+        timeit = ["-m", "timeit", "-n1", "-r1", "-s", "import os; print(os.getpid())"]
+        _forked(shim, [*timeit, "pass"], env)  # the server is up (its imports done) before anything is timed
+        for module, stages in sorted(modules.items()):
+            startup = [*timeit, f"import {module}"]
+            fresh = statistics.median(_wall([*python, *startup], env)[0] for _ in range(args.repeats))
+            forked = statistics.median(_forked(shim, startup, env)[0] for _ in range(args.repeats))
+            imports[module.removeprefix("flows.")] = {"stages": stages, "fresh_sec": round(fresh, 2),
+                                                     "forked_sec": round(forked, 2)}
+            # timed plainly (-X importtime's own bookkeeping doubles an import's time), shared out by one traced run
+            traced = _wall([*python, "-X", "importtime", "-c", f"import {module}"])[1]
+            for package, share in package_shares(traced.stderr).items():  # weighted by the stages that pay it
+                shares[package] += share * (fresh - interpreter) * stages
+        flows = [json.loads(_forked(shim, ["-m", "benchmarks.stage_overhead", CHILD_FLOW], env)[1].splitlines()[-1])
                  for _ in range(args.repeats)]
     flow_sec = statistics.median(f["flow_sec"] for f in flows)
     plain_sec = statistics.median(f["plain_sec"] for f in flows)
@@ -164,15 +188,18 @@ def main(argv: list[str] | None = None) -> int:
     growth = [lock_update(lock, args.repeats, k) for k in (2, 4)]  # a study's lock: more seeds, more stages
 
     n = sum(modules.values())
-    parts = {"interpreter": interpreter * n, "imports": import_total, "prefect flow": flow_sec * n,
-             "dvc.lock update": dvc["update_sec"] * n}
+    fresh_total = sum(m["fresh_sec"] * m["stages"] for m in imports.values())
+    parts = {"start-up": sum(m["forked_sec"] * m["stages"] for m in imports.values()),
+             "prefect flow": flow_sec * n, "dvc.lock update": dvc["update_sec"] * n}
     fixed = sum(parts.values())
-    median = statistics.median(interpreter + imports[m.removeprefix("flows.")]["import_sec"] + flow_sec
-                               + dvc["update_sec"] for m, k in modules.items() for _ in range(k))
+    median = statistics.median(imports[m.removeprefix("flows.")]["forked_sec"] + flow_sec + dvc["update_sec"]
+                               for m, k in modules.items() for _ in range(k))
     print(f"{n} stages: fixed cost {fixed / 60:.1f} min, {fixed / n:.1f} s a stage (median {median:.1f} s): "
           + ", ".join(f"{k} {sec / n:.2f} s" for k, sec in parts.items()))
-    print(f"a one-task flow {flow_sec:.2f} s against the plain call's {plain_sec * 1e6:.0f} us; DVC's update of "
-          f"dvc.lock ({dvc['bytes']:,} bytes) {dvc['update_sec']} s, x{dvc['update_vs_parse']} its plain parse; "
+    print(f"start-up from the fork server {parts['start-up'] / n:.2f} s a stage against a fresh interpreter's "
+          f"{fresh_total / n:.2f} s; a one-task flow {flow_sec:.2f} s against the plain call's "
+          f"{plain_sec * 1e6:.0f} us; DVC's update of dvc.lock ({dvc['bytes']:,} bytes) {dvc['update_sec']} s, "
+          f"x{dvc['update_vs_parse']} its plain parse; "
           + ", ".join(f"{g['stages']} stages {g['update_sec']} s" for g in growth))
     write_results("stage_overhead", {"repeats": args.repeats}, {
         "stages": n, "fixed_run_min": round(fixed / 60, 1), "fixed_per_stage_sec": round(fixed / n, 2),
@@ -180,6 +207,9 @@ def main(argv: list[str] | None = None) -> int:
         "parts": {name: {"per_stage_sec": round(sec / n, 2), "run_min": round(sec / 60, 1),
                          "share": round(sec / fixed, 3)} for name, sec in parts.items()},
         "against the peer": {
+            "start-up from the fork server vs a fresh interpreter": {
+                "sec": round(parts["start-up"] / n, 2), "peer_sec": round(fresh_total / n, 2),
+                "ratio": round(fresh_total / parts["start-up"], 2)},
             "prefect flow vs plain call": {"sec": round(flow_sec, 3), "peer_sec": round(plain_sec, 6),
                                            "ratio": round(flow_sec / plain_sec)},
             "dvc.lock update vs plain parse": {"sec": dvc["update_sec"], "peer_sec": dvc["plain_parse_sec"],
@@ -187,8 +217,9 @@ def main(argv: list[str] | None = None) -> int:
         "dvc.lock update by its size (the stages repeated)": {
             f"x{g['stages'] // dvc['stages']}": {k: g[k] for k in ("stages", "bytes", "entries", "update_sec")}
             for g in (dvc, *growth)},
-        "import time by package (the 8 largest)": {p: {"share": round(sec / import_total, 3)} for p, sec in shares.most_common(8)},
-        "imports by flow module": imports})
+        "fresh import time by package (the 8 largest)": {p: {"share": round(sec / sum(shares.values()), 3)}
+                                                         for p, sec in shares.most_common(8)},
+        "start-up by flow module": imports})
     return 0
 
 

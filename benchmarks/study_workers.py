@@ -7,6 +7,9 @@ run twice from scratch, each time in its own ``git clone`` of HEAD with its own,
 shared one would serve the second run from its run cache): once with ``--workers 1`` (the peer), once
 with ``--workers 2``. Both pin pretraining to one thread (``pretrain.threads=1``, what two workers on
 two cores need), so both build the same models; fine-tuning seeds run one thread each in either.
+Both start every stage in a fresh interpreter (``ZHPLM_FORKSERVER=off``): two workers' stages, with
+an ``OMP_NUM_THREADS`` of their own, would not be forked from the fork server anyway, and the
+comparison is of the workers alone.
 
 Prints each run's wall time (its prefix, every unit and the report) and their ratio, and checks that
 the two are the same study: every unit's DVC outputs (models, data, fine-tuned weights, per-example
@@ -51,7 +54,7 @@ def run(workers: int, overrides: dict[str, str], scratch: Path, log) -> tuple[Pa
     cmd = [sys.executable, "-m", prefect_server.__name__, sys.executable, "-m", study.__name__, "study",
            "--workers", str(workers), "--out", OUT, *study._flags(overrides)]
     t0 = time.perf_counter()
-    env = {**os.environ, "PYTHONPATH": str(clone),  # the clone's code, and this venv's dvc on PATH
+    env = {**os.environ, "PYTHONPATH": str(clone), "ZHPLM_FORKSERVER": "off",  # the clone's code, this venv's dvc
            "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])}
     proc = subprocess.run(cmd, cwd=clone, stdout=log, stderr=subprocess.STDOUT, env=env)
     wall = time.perf_counter() - t0

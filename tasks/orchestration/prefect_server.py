@@ -8,6 +8,10 @@ local port, runs ``CMD`` with ``PREFECT_API_URL`` pointing at it, and stops the
 server afterwards. Runs are stored in ``$PREFECT_HOME`` (default ``~/.prefect``),
 so ``prefect server start`` later shows them in the UI. When
 ``PREFECT_API_URL`` is already set, ``CMD`` simply runs against that server.
+
+``CMD`` also runs with a fork server (:mod:`tasks.orchestration.forkserver`): every stage's
+``python -m flows.<stage>`` starts as a child of one interpreter that has torch, transformers and
+Prefect imported already, not as a fresh one (``ZHPLM_FORKSERVER=off`` turns it off).
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ import tasks  # noqa: F401  (offline defaults for the server process too)
 from tasks.core.errors import ParamsError
 from tasks.core.lifetime import die_with_parent
 from tasks.core.params import PARAMS_FILE, load_params
+from tasks.orchestration.forkserver import forkserver
 
 
 def _free_port() -> int:
@@ -97,12 +102,11 @@ def main(argv: list[str]) -> int:
             return 2
     # A terminated wrapper must still stop its server (the `finally` above), not orphan it.
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
-    with prefect_server() as api_url:
+    with prefect_server() as api_url, forkserver({**os.environ, "PREFECT_API_URL": api_url}) as env:
         print(f"Prefect API: {api_url}", file=sys.stderr)
         # the command (dvc repro) dies with this wrapper, even a wrapper killed with -9, and every stage
         # with the command (tasks.core.lifetime)
-        child = subprocess.Popen(argv, env={**os.environ, "PREFECT_API_URL": api_url},
-                                 preexec_fn=partial(die_with_parent, signal.SIGTERM, os.getpid()))
+        child = subprocess.Popen(argv, env=env, preexec_fn=partial(die_with_parent, signal.SIGTERM, os.getpid()))
         try:
             return child.wait()
         finally:
