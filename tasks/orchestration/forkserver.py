@@ -233,20 +233,18 @@ def _exec_as_child(conn: socket.socket, path: str, args: list[str]) -> None:
     would close the connection to the shim, and with it the exit status the shim must return
     (:func:`tasks.training.distributed.relaunch` replaces a stage by ``torchrun`` this way). The child dies
     with this process, and gets the signals the shim passes on."""
-    import ctypes
+    from tasks.core.lifetime import die_with_parent  # the stage's own checkout, imported by it already
 
     for stream in (sys.stdout, sys.stderr):
         stream.flush()
-
-    def die_with_parent():
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-
-    program = subprocess.Popen(list(args), executable=path, preexec_fn=die_with_parent)
+    program = subprocess.Popen(list(args), executable=path,
+                               preexec_fn=partial(die_with_parent, signal.SIGTERM, os.getpid()))
     for signum in FORWARDED:
         signal.signal(signum, lambda signum, frame: program.send_signal(signum))
     code = program.wait()
-    _send(conn, {"exit": code if code >= 0 else 128 - code})
-    os._exit(code if code >= 0 else 128 - code)
+    code = code if code >= 0 else 128 - code  # killed by a signal: the shell's 128 + its number
+    _send(conn, {"exit": code})
+    os._exit(code)
 
 
 def _fresh_process_state(cwd: str) -> None:
