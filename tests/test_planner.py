@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 
 from tasks.orchestration.units import estimate_minutes, plan_units
 from tasks.report.planner import costs, markdown, plan
@@ -223,6 +224,44 @@ def test_a_recipe_that_chose_as_before_leaves_its_seeds_committed_units_done(tmp
     u.run_units(tmp_path, todo, units, [], 1, log)
     assert ran == ["recipe-mlm", "recipe-wwm", "wwm-42", "albert_tiny"]
     assert "the recipes chose as before: mlm-42 still done; 4 of 6 units done" in log.getvalue()
+
+
+def test_two_workers_seeds_train_with_every_recipe_whichever_worker_chose_it(tmp_path, monkeypatch):
+    """With ``--workers 2`` each recipe was chosen in one workspace, and a seed that landed in the other found no
+    ``data/recipes/<objective>.json`` (the first seed of each objective failed so). Real DVC, in two real
+    workspaces: each seed reads both recipes, so a workspace missing either fails it whatever the scheduling."""
+    import io
+    import sys
+
+    from tasks.orchestration import units as u
+
+    repo, python = tmp_path / "repo", sys.executable
+    repo.mkdir()
+    (repo / "write.py").write_text("import pathlib, sys\nout = pathlib.Path(sys.argv[1])\n"  # OUT, then texts or files
+                                   "out.parent.mkdir(parents=True, exist_ok=True)\n"
+                                   "out.write_text(''.join(open(a).read() if '/' in a else a for a in sys.argv[2:]))\n")
+    one = lambda out, *args, **stage: {"cmd": " ".join([python, "write.py", out, *args]), **stage}  # noqa: E731
+    (repo / "dvc.yaml").write_text(yaml.safe_dump({"stages": {
+        "base": one("data/base.txt", "base", outs=["data/base.txt"]),
+        "sweep": {"foreach": ["a", "b"], "do": one("data/recipes/${item}.json", "${item}", deps=["data/base.txt"],
+                                                   outs=["data/recipes/${item}.json"])},
+        "train": {"foreach": ["a", "b"], "do": one("metrics/${item}.txt", "data/recipes/a.json", "data/recipes/b.json",
+                                                   deps=["data/recipes/a.json", "data/recipes/b.json"],
+                                                   outs=[{"metrics/${item}.txt": {"cache": False}}])}}}))
+    (repo / "dvc.lock").write_text("schema: '2.0'\nstages: {}\n")  # a study's workspace starts from the committed lock
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
+    subprocess.run([python, "-m", "dvc", "init", "-q"], cwd=repo, check=True)
+    subprocess.run(["git", "add", "."], cwd=repo, check=True)
+    subprocess.run([*git, "commit", "-qm", "x"], cwd=repo, check=True)
+    units = [u.Unit("recipe-a", "recipe", ("sweep@a",)), u.Unit("recipe-b", "recipe", ("sweep@b",)),
+             u.Unit("a-1", "pretrained", ("train@a",)), u.Unit("b-1", "pretrained", ("train@b",))]
+    monkeypatch.chdir(repo)
+    log = io.StringIO()
+    records = u.run_units(repo / "studies" / "s", units, units, [], 2, log)
+    assert sorted(r["unit"] for r in records) == ["a-1", "b-1", "recipe-a", "recipe-b"], log.getvalue()
+    assert [(repo / "studies" / "s" / "metrics" / f"{x}.txt").read_text() for x in "ab"] == ["ab", "ab"]
+    assert "4 of 4 units done" in log.getvalue()
 
 
 def test_a_workers_unit_never_changes_the_process_cwd(tmp_path, monkeypatch):

@@ -308,44 +308,50 @@ def run_unit(workspace: Path, study: Path, unit: Unit, prefix_stages: list[str],
 def run_units(study: Path, todo: list[Unit], units: list[Unit], overrides: list[str], workers: int, log=sys.stdout,
               name: str = "study") -> list[dict]:
     """Run the units ``todo`` (of the study's ``units``), ``workers`` at once, each worker in its own workspace
-    (``.dvc/tmp/study/<name>-<k>``); recipe units first, since the seeds train with their recipes. Prints
-    ``N of M units done`` after each. Returns the records of the units run.
+    (``.dvc/tmp/study/<name>-<k>``); recipe units first, then the others in workspaces filled anew, since the
+    seeds train with the recipes whichever worker chose them. Prints ``N of M units done`` after each. Returns the records of the units run.
 
     Raises:
         SystemExit: a unit's stage failed (after the others ran, except the seeds of a failed recipe; every unit
             that finished is recorded).
     """
-    total, finished, records = len(units), len(units) - len(todo), []
+    total, finished, records, failed = len(units), len(units) - len(todo), [], []
     COMMANDS.reset()
     # side by side, each worker's stages get their share of the cores for what does not pin its own threads
     # (torch reads OMP_NUM_THREADS at start; pretraining pins pretrain.threads, which its result depends on)
     env = {"OMP_NUM_THREADS": str(max(1, len(os.sched_getaffinity(0)) // workers))} if workers > 1 else None
-    with contextlib.ExitStack() as stack:
-        spaces = [stack.enter_context(workspace(WORKSPACES / f"{name}-{k}", study, overrides, units))
-                  for k in range(min(workers, len(todo)))]
-        stages = prefix(spaces[0], units) if spaces else []
-        free, failed = list(spaces), []
+    stages = []  # the prefix: the same in every workspace
 
-        def one(unit: Unit) -> dict | None:
-            nonlocal finished
-            if f"recipe-{unit.name.rsplit('-', 1)[0]}" in failed:
-                return None  # the seeds of a failed recipe wait for it
-            space = free.pop()
-            try:
-                print(f"{name}: unit {unit.name} ({len(unit.stages)} stages) in {space}", file=log, flush=True)
-                record = run_unit(space, study, unit, stages, log, env)
-            except SystemExit:  # the others go on (a long study loses no more than the failing unit)
-                failed.append(unit.name)
-                return None
-            finally:
-                free.append(space)
-            finished += 1
-            print(f"{name}: unit {unit.name} done in {record['wall_sec'] / 60:.1f} min; {finished} of {total} units "
-                  "done", file=log, flush=True)
-            return record
+    def run(group: list[Unit]) -> None:
+        """Run ``group`` in workspaces filled now: a seed's holds every recipe recorded before it (a workspace
+        made before the recipes ran held only the one it ran itself)."""
+        if not group:
+            return
+        with contextlib.ExitStack() as stack:
+            free = [stack.enter_context(workspace(WORKSPACES / f"{name}-{k}", study, overrides, units))
+                    for k in range(min(workers, len(group)))]
+            if not stages:
+                stages.extend(prefix(free[0], units))
 
-        def run(group: list[Unit]) -> None:
-            pool = ThreadPoolExecutor(max(1, len(spaces)))
+            def one(unit: Unit) -> dict | None:
+                nonlocal finished
+                if f"recipe-{unit.name.rsplit('-', 1)[0]}" in failed:
+                    return None  # the seeds of a failed recipe wait for it
+                space = free.pop()
+                try:
+                    print(f"{name}: unit {unit.name} ({len(unit.stages)} stages) in {space}", file=log, flush=True)
+                    record = run_unit(space, study, unit, stages, log, env)
+                except SystemExit:  # the others go on (a long study loses no more than the failing unit)
+                    failed.append(unit.name)
+                    return None
+                finally:
+                    free.append(space)
+                finished += 1
+                print(f"{name}: unit {unit.name} done in {record['wall_sec'] / 60:.1f} min; {finished} of {total} "
+                      "units done", file=log, flush=True)
+                return record
+
+            pool = ThreadPoolExecutor(len(free))
             try:
                 records.extend(r for r in pool.map(one, group) if r)
             except BaseException:  # stopped (Ctrl-C, SIGTERM): no unit starts, the running ones' commands go
@@ -355,17 +361,17 @@ def run_units(study: Path, todo: list[Unit], units: list[Unit], overrides: list[
                 raise
             pool.shutdown()
 
-        recipes, seeds = [u for u in todo if u.kind == "recipe"], [u for u in todo if u.kind != "recipe"]
-        run(recipes)
-        if recipes and seeds:  # a recipe run again that chose as before leaves its seeds' committed units done
-            with workspace(WORKSPACES / f"{name}-check", study, overrides, units) as check:
-                state = done(check, study, units)
-            if still := [u.name for u in seeds if state[u.name]]:
-                finished += len(still)
-                print(f"{name}: the recipes chose as before: {', '.join(still)} still done; {finished} of {total} "
-                      "units done", file=log, flush=True)
-            seeds = [u for u in seeds if not state[u.name]]
-        run(seeds)
+    recipes, seeds = [u for u in todo if u.kind == "recipe"], [u for u in todo if u.kind != "recipe"]
+    run(recipes)
+    if recipes and seeds:  # a recipe run again that chose as before leaves its seeds' committed units done
+        with workspace(WORKSPACES / f"{name}-check", study, overrides, units) as check:
+            state = done(check, study, units)
+        if still := [u.name for u in seeds if state[u.name]]:
+            finished += len(still)
+            print(f"{name}: the recipes chose as before: {', '.join(still)} still done; {finished} of {total} "
+                  "units done", file=log, flush=True)
+        seeds = [u for u in seeds if not state[u.name]]
+    run(seeds)
     if failed:
         print(f"{name}: unit(s) {', '.join(failed)} failed (their output above); {finished} of {total} units done. "
               "Fix, commit, and run the study again: it runs only what is not done", file=log, flush=True)
