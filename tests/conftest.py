@@ -66,6 +66,9 @@ def small_params() -> dict:
     params["finetune"].update(baselines=[], seeds=[1, 2], seed_workers=1)
     params["curves"].update(heldout_sequences=40, tasks=["sentiment"])
     params["finetune"]["training"].update(epochs=1, max_seq_length=32)
+    for spec in task.values():  # one epoch everywhere (the tasks' own epochs are the default run's)
+        spec["training"].pop("epochs", None)
+    task["sentiment"]["training"]["max_seq_length"] = 32
     params["multilingual"].update(total_tokens=20000, heldout_max_documents=20, pretrain={"token_budget": 3000,
                                                                                           "learning_rate": 0.001})
     params["multilingual"]["vocab"].update(new_vocab_size=400)

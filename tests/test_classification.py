@@ -11,7 +11,7 @@ from tasks.core.params import DownstreamTask
 from tasks.downstream.classification import EncodedClassification, classification_metrics
 from tasks.downstream.polarity import deduplicate, read_polarity_lines, split_table
 from tasks.downstream.downstream import prepare_task
-from tasks.downstream.finetune import summarize
+from tasks.downstream.finetune import fit, summarize
 from tasks.downstream.finetuned import read_scores, write_scores
 
 
@@ -81,7 +81,8 @@ def test_encoding_and_batches(tokenizer):
     table = split_table("t", [("很好", 1), ("很差不错很好", 0)])
     enc = EncodedClassification.encode(table, tokenizer, max_length=5)
     b = enc.batch(np.array([1, 0]))
-    assert b["input_ids"].tolist() == [[2, 6, 7, 8, 3], [2, 6, 5, 3, 0]]  # truncated to 5, padded
+    # truncated to 5 (a budget of 3: no quarter for the head, the tail 错很好), padded
+    assert b["input_ids"].tolist() == [[2, 9, 6, 5, 3], [2, 6, 5, 3, 0]]
     assert b["attention_mask"].tolist() == [[1, 1, 1, 1, 1], [1, 1, 1, 1, 0]]
     assert b["labels"].tolist() == [0, 1]
     assert (b["token_type_ids"] == 0).all()
@@ -172,3 +173,29 @@ def test_mean_pool_head_losses():
     reg = MeanPoolClassifier(_tiny_encoder(), num_labels=1, dropout=0.0)
     out = reg(input_ids=ids, attention_mask=mask, labels=torch.tensor([0.5, 2.0]))
     torch.testing.assert_close(out.loss, ((out.logits[:, 0] - torch.tensor([0.5, 2.0])) ** 2).mean())
+
+
+def test_a_long_single_sentence_keeps_a_quarter_of_the_head_and_the_end(tokenizer):
+    table = split_table("t", [("很好不错" * 5 + "差", 1), ("很好", 0)])  # 21 characters, and a short one
+    enc = EncodedClassification.encode(table, tokenizer, 10)
+    # budget 8: [CLS] 很好 (a quarter), the last 6 characters 错很好不错差, [SEP]
+    assert enc.batch(np.array([0]))["input_ids"][0].tolist() == [2, 6, 5, 9, 6, 5, 8, 9, 7, 3]
+    assert enc.batch(np.array([1]))["input_ids"][0].tolist() == [2, 6, 5, 3]  # short: as it is
+
+
+def test_fit_scores_dev_each_epoch_and_keeps_its_best_weights():
+    from tests.test_compression import Toy, classifier, train_args
+
+    data, scores, states = Toy(), iter([0.5, 0.8, 0.6, 0.7]), []
+
+    def dev_score(model):  # a dev curve that peaks at the second epoch; the weights there recorded
+        states.append({k: v.clone() for k, v in model.state_dict().items()})
+        return next(scores)
+
+    model = classifier(1).train()
+    summary = fit(model, data, **{**train_args(), "epochs": 4, "dev_score": dev_score})
+    per_epoch = summary["steps"] // 4
+    assert [p["step"] for p in summary["dev_curve"]] == [per_epoch * k for k in (1, 2, 3, 4)]
+    assert [p["dev"] for p in summary["dev_curve"]] == [0.5, 0.8, 0.6, 0.7] and summary["best_step"] == 2 * per_epoch
+    assert all(torch.equal(v, states[1][k]) for k, v in model.state_dict().items())
+    assert "dev_curve" not in fit(classifier(1).train(), data, **train_args())  # no dev_score: as before

@@ -22,7 +22,8 @@ from transformers import (AutoModelForQuestionAnswering, AutoModelForSequenceCla
 from tasks.core import paths
 from tasks.core.errors import SourceError
 from tasks.core.params import Training
-from tasks.downstream import cmrc_metric
+from tasks.downstream import classic, cmrc_metric
+from tasks.downstream.classic import Classic
 from tasks.downstream.classification import EncodedClassification, MeanPoolClassifier, score
 from tasks.downstream.downstream import mrc_examples, ner_sentences
 from tasks.downstream.finetune import predict
@@ -49,6 +50,16 @@ class Family(Protocol):
     def evaluate(self, model: torch.nn.Module, data: Any, table: pa.Table, training: Training,
                  labels: list[str] | None, metrics: list[str], device: torch.device) -> tuple[dict, Any]:
         """``(scores by metric name, predictions)``: rows, or the official MRC ``{id: answer}``."""
+
+    def scored(self, table: pa.Table, predictions: Any, metrics: list[str]) -> tuple[dict, Any]:
+        """:meth:`evaluate`'s result for ``predictions`` on ``table``: class indices or scores ``[N]``, BIO tag
+        sequences, or ``{id: answer}``."""
+
+    def baseline(self, tables: dict[str, pa.Table], labels: list[str] | None,
+                 metrics: list[str]) -> tuple[Classic, dict[str, dict], Any]:
+        """The family's classic baseline (:mod:`tasks.downstream.classic`) fitted on ``train``, its
+        setting chosen on ``dev`` by ``metrics[0]``: ``(fit, {split: scores}, test predictions)``, the
+        scores and predictions as :meth:`evaluate` gives a fine-tune's."""
 
 
 def _dropout(dropout: float) -> dict:
@@ -80,11 +91,23 @@ class Classification:
 
     def evaluate(self, model, data, table, training, labels, metrics, device):
         logits = np.concatenate(predict(model, data, batch_size=training.eval_batch_size, device=device)["logits"])
-        pred = logits[:, 0] if labels is None else logits.argmax(-1)
+        return self.scored(table, logits[:, 0] if labels is None else logits.argmax(-1), metrics)
+
+    def scored(self, table, pred, metrics):
         gold = table.column("label").to_numpy()
         rows = [{"id": i, "label": g.item(), "prediction": p.item()}
                 for i, g, p in zip(table.column("id").to_pylist(), gold, pred)]
         return score(metrics, gold, pred), rows
+
+    def baseline(self, tables, labels, metrics):
+        gold = {s: t.column("label").to_numpy() for s, t in tables.items()}
+        dev_score = lambda pred: score(metrics[:1], gold["dev"], pred)[metrics[0]]  # noqa: E731
+        sides = {s: (t.column("text_a").to_pylist(), t.column("text_b").to_pylist()) for s, t in tables.items()}
+        if any(b is not None for b in sides["train"][1]):
+            fit = classic.pair_classifier(sides, gold, labels is None, dev_score)
+        else:
+            fit = classic.text_classifier({s: a for s, (a, _) in sides.items()}, gold, labels is None, dev_score)
+        return _baseline_scores(self, fit, tables, metrics)
 
 
 class Ner:
@@ -103,7 +126,15 @@ class Ner:
 
     def evaluate(self, model, data, table, training, labels, metrics, device):
         logits = predict(model, data, batch_size=training.eval_batch_size, device=device)["logits"]
-        pred = decode_tags(logits, data, labels)
+        return self.scored(table, decode_tags(logits, data, labels), metrics)
+
+    def baseline(self, tables, labels, metrics):
+        gold = {s: t.column("tags").to_pylist() for s, t in tables.items()}
+        fit = classic.crf_tagger({s: t.column("tokens").to_pylist() for s, t in tables.items()}, gold,
+                                 lambda pred: ner_metrics(gold["dev"], pred)[metrics[0]])
+        return _baseline_scores(self, fit, tables, metrics)
+
+    def scored(self, table, pred, metrics):
         gold = table.column("tags").to_pylist()
         result = ner_metrics(gold, pred)
         rows = [{"id": i, "tokens": t, "gold": g, "prediction": p}
@@ -127,22 +158,39 @@ class Mrc:
     def evaluate(self, model, data, table, training, labels, metrics, device):
         out = predict(model, data, batch_size=training.eval_batch_size, device=device,
                       outputs=("start_logits", "end_logits"))
-        examples = mrc_examples(table)
-        answers = decode_spans(out["start_logits"], out["end_logits"], data, examples, n_best=training.n_best,
-                               max_answer_length=training.max_answer_length)
-        result = cmrc_metric.evaluate({e.id: [t for t, _ in e.answers] for e in examples}, answers)
+        answers = decode_spans(out["start_logits"], out["end_logits"], data, mrc_examples(table),
+                               n_best=training.n_best, max_answer_length=training.max_answer_length)
+        return self.scored(table, answers, metrics)
+
+    def scored(self, table, answers, metrics):
+        result = cmrc_metric.evaluate(_gold_answers(table), answers)
         return {m: result[m] for m in metrics}, answers
+
+    def baseline(self, tables, labels, metrics):
+        dev = _gold_answers(tables["dev"])
+        fit = classic.crf_reader({s: mrc_examples(t) for s, t in tables.items()},
+                                 lambda answers: cmrc_metric.evaluate(dev, answers)[metrics[0]])
+        return _baseline_scores(self, fit, tables, metrics)
+
+
+def _gold_answers(table: pa.Table) -> dict[str, list[str]]:
+    return {e.id: [t for t, _ in e.answers] for e in mrc_examples(table)}
+
+
+def _baseline_scores(family, fit: Classic, tables: dict[str, pa.Table], metrics: list[str]):
+    """A fitted classic baseline's scores on dev and test and its test predictions, as a fine-tune's."""
+    scores, predictions = {}, None
+    for split in ("dev", "test"):
+        scores[split], predictions = family.scored(tables[split], getattr(fit, split), metrics)
+    return fit, scores, predictions
 
 
 FAMILIES: dict[str, Family] = {"classification": Classification(), "ner": Ner(), "mrc": Mrc()}
 
 
-def load_task_data(task: str, family: Family, splits: tuple[str, ...], tokenizer: PreTrainedTokenizerBase,
-                   training: Training) -> tuple[dict[str, pa.Table], list[str] | None, dict[str, Any]]:
-    """Read ``splits`` of a prepared task (``data/downstream/<task>``), its labels, and encode them.
+def read_splits(task: str, splits: tuple[str, ...] = ("train", "dev", "test")) -> dict[str, pa.Table]:
+    """``splits`` of a prepared task (``data/downstream/<task>``) by name.
 
-    Returns:
-        ``(tables, labels, data)``, tables and encoded data by split.
     Raises:
         SourceError: a split file is missing (names it and the stage that makes it).
     """
@@ -150,6 +198,18 @@ def load_task_data(task: str, family: Family, splits: tuple[str, ...], tokenizer
     for file in files.values():
         if not file.is_file():
             raise SourceError(f"{file} is missing: stage downstream@{task} makes it")
-    tables = {s: pq.read_table(f) for s, f in files.items()}
+    return {s: pq.read_table(f) for s, f in files.items()}
+
+
+def load_task_data(task: str, family: Family, splits: tuple[str, ...], tokenizer: PreTrainedTokenizerBase,
+                   training: Training) -> tuple[dict[str, pa.Table], list[str] | None, dict[str, Any]]:
+    """Read ``splits`` of a prepared task (:func:`read_splits`), its labels, and encode them.
+
+    Returns:
+        ``(tables, labels, data)``, tables and encoded data by split.
+    Raises:
+        SourceError: a split file is missing (names it and the stage that makes it).
+    """
+    tables = read_splits(task, splits)
     labels = family.labels(tables)
     return tables, labels, {s: family.encode(t, tokenizer, training, labels) for s, t in tables.items()}

@@ -35,9 +35,15 @@ class Batches(Protocol):
 
 def fit(model: torch.nn.Module, data: Batches, *, epochs: float, batch_size: int, lr: float, warmup_fraction: float,
         weight_decay: float, max_grad_norm: float, seed: int, device: torch.device,
-        log: Callable[[str], None] = print, ranks: Ranks = Ranks()) -> dict:
+        log: Callable[[str], None] = print, ranks: Ranks = Ranks(),
+        dev_score: Callable[[torch.nn.Module], float] | None = None) -> dict:
     """Fine-tune ``model`` on ``data`` for ``epochs`` passes (fractional allowed), in the training loop
     (:func:`tasks.training.loop.run`: AdamW, linear warm-up then linear decay to 0, clipping).
+
+    With ``dev_score`` (the headline metric of the model on dev, higher is better), the model is scored at
+    the end of every epoch and of training, and ends with the weights of its best point (the first best):
+    the dev curve and the chosen epoch are in the summary, as Hugging Face's Trainer does with
+    ``load_best_model_at_end`` (the choice is made on dev, never test).
 
     Batches come from :class:`tasks.training.batching.BatchSchedule` (seeded, length-grouped).
     Under DDP each rank takes its share of the global batch (``batch_size``,
@@ -47,7 +53,8 @@ def fit(model: torch.nn.Module, data: Batches, *, epochs: float, batch_size: int
 
     Returns:
         ``steps``, ``examples``, ``train_loss`` (mean over the last 10% of steps),
-        ``wall_sec``, ``examples_per_sec`` and ``threads`` (this process's intra-op threads).
+        ``wall_sec`` (dev scoring included), ``examples_per_sec`` and ``threads`` (this process's intra-op
+        threads); with ``dev_score`` also ``dev_curve`` (``[{"epoch", "step", "dev"}]``) and ``best_step``.
     Raises:
         ParamsError: ``batch_size`` is not a multiple of the number of processes.
         DivergedError: the logged loss is NaN or infinite (:func:`tasks.training.loop.check_finite`).
@@ -73,17 +80,34 @@ def fit(model: torch.nn.Module, data: Batches, *, epochs: float, batch_size: int
                 loss = loss * (ranks.world * share)
             return loss, {}
 
+    curve, best = [], None  # best: (dev score, step, weights on the host)
+
+    def after_step(s) -> None:
+        nonlocal best
+        history.add(s.done, loss=s.losses[0])
+        if dev_score is None or (s.done % schedule.per_epoch and s.done != total):
+            return
+        score = float(dev_score(model))
+        model.train()
+        curve.append({"epoch": round(s.done / schedule.per_epoch, 3), "step": s.done, "dev": score})
+        log(f"step {s.done}/{total} (epoch {curve[-1]['epoch']:g}): dev {score:.4f}")
+        if best is None or score > best[0]:
+            best = (score, s.done, {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()})
+
     t0 = time.perf_counter()
     # a head may leave parameters unused (mean pooling never touches BERT's pooler): DDP must not
     # wait for their gradients (find_unused_parameters, as Hugging Face's Trainer sets it by default)
     run(model, Task(), opt, steps=range(total), total=total, peak_lr=lr, warmup_fraction=warmup_fraction,
-        max_grad_norm=max_grad_norm, device=device, ranks=ranks, find_unused_parameters=True,
-        after_step=lambda s: history.add(s.done, loss=s.losses[0]))
+        max_grad_norm=max_grad_norm, device=device, ranks=ranks, find_unused_parameters=True, after_step=after_step)
     wall = time.perf_counter() - t0
     examples = total * batch_size  # every batch of the schedule is full
-    return {"steps": total, "examples": examples, "train_loss": history.tail("loss"),
-            "wall_sec": round(wall, 2), "examples_per_sec": round(examples / wall, 1),
-            "threads": torch.get_num_threads()}
+    summary = {"steps": total, "examples": examples, "train_loss": history.tail("loss"),
+               "wall_sec": round(wall, 2), "examples_per_sec": round(examples / wall, 1),
+               "threads": torch.get_num_threads()}
+    if best is not None:
+        model.load_state_dict(best[2])
+        summary.update(dev_curve=curve, best_step=best[1])
+    return summary
 
 
 def _loss_units(batch: dict[str, torch.Tensor]) -> int:
@@ -95,10 +119,11 @@ def _loss_units(batch: dict[str, torch.Tensor]) -> int:
 
 
 def fit_seed(family, model_dir, labels, data: Batches, training, seed: int, device: torch.device,
-             log: Callable[[str], None] = print, ranks: Ranks = Ranks()) -> tuple[torch.nn.Module, dict]:
+             log: Callable[[str], None] = print, ranks: Ranks = Ranks(),
+             dev_score: Callable[[torch.nn.Module], float] | None = None) -> tuple[torch.nn.Module, dict]:
     """One fine-tuning run as ``finetune@<model>-<task>`` does it for ``seed``: the head of
     ``family`` (a :class:`tasks.downstream.families.Family`) initialised under ``seed`` on the encoder in
-    ``model_dir``, then :func:`fit` with the task's ``training`` knobs.
+    ``model_dir``, then :func:`fit` with the task's ``training`` knobs (and ``dev_score``: the best epoch kept).
 
     Returns:
         the fine-tuned model (in eval mode) and :func:`fit`'s summary.
@@ -111,7 +136,8 @@ def fit_seed(family, model_dir, labels, data: Batches, training, seed: int, devi
     model = load_model(model_dir, lambda path: family.model(path, labels, training))
     train = fit(model, data, epochs=training.epochs, batch_size=training.batch_size, lr=training.learning_rate,
                 warmup_fraction=training.warmup_fraction, weight_decay=training.weight_decay,
-                max_grad_norm=training.max_grad_norm, seed=seed, device=device, log=log, ranks=ranks)
+                max_grad_norm=training.max_grad_norm, seed=seed, device=device, log=log, ranks=ranks,
+                dev_score=dev_score)
     return model.eval(), train
 
 
@@ -120,8 +146,12 @@ def run_seed(family, model_dir, labels, data: dict, tables: dict, training, metr
              ranks: Ranks = Ranks()) -> tuple[dict, dict, torch.nn.Module] | None:
     """One seed of ``finetune`` (run by :func:`tasks.training.seeds.map_seeds`): :func:`fit_seed` on
     ``data['train']``, then scores and predictions on dev and test (``({"seed", "train", "dev",
-    "test"}, {split: predictions}, model)``; under DDP, rank 0 evaluates and the other ranks return None)."""
-    model, train = fit_seed(family, model_dir, labels, data["train"], training, seed, device, log, ranks)
+    "test"}, {split: predictions}, model)``; under DDP, rank 0 evaluates and the other ranks return None).
+    The weights kept are those of the epoch with the best dev headline (:func:`fit`); test is scored once, there."""
+    def dev_score(model):
+        return family.evaluate(model, data["dev"], tables["dev"], training, labels, metrics[:1], device)[0][metrics[0]]
+
+    model, train = fit_seed(family, model_dir, labels, data["train"], training, seed, device, log, ranks, dev_score)
     if not ranks.is_main:
         return None
     result, predictions = {"seed": seed, "train": train}, {}

@@ -37,6 +37,9 @@ from tasks.downstream import cmrc_metric
 COUNTED = {"mrc": ("em", "f1", "average"), "ner": ("f1", "precision", "recall"),
            "classification": ("accuracy", "f1", "macro_f1")}
 """Family -> the metrics that have per-example outcomes."""
+CLASSIC = "classic"
+"""The model name of a task's classic baseline in ``metrics/outcomes/<model>-<task>.parquet`` (stage ``baseline``;
+one run, fine-tuning seed 0)."""
 
 
 def _ner_entities(tags: list[str]) -> set:

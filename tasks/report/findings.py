@@ -18,7 +18,7 @@ from tasks.core.metrics.compression import DistillMetrics
 from tasks.core.metrics.downstream import FinetuneMetrics
 from tasks.core.metrics.multilingual import ContinuePretrainMetrics
 from tasks.core.paths import seeded
-from tasks.downstream.outcomes import COUNTED
+from tasks.downstream.outcomes import CLASSIC, COUNTED
 from tasks.report.common import json_number, load_metrics, table
 from tasks.report.gates import finetune_failure, invalid_reason
 from tasks.report.outcomes import run_counts
@@ -40,6 +40,8 @@ class Claim:
 PRETRAINING = "mlm"  # the procedure that stands for "pretrained" (BERT's recipe)
 CLAIMS = (
     Claim("pretraining beats random init", "BERT (Devlin et al. 2019)", PRETRAINING, "random"),
+    Claim("pretraining beats the classic baseline", "a fine-tune must beat TF-IDF, overlap features or a CRF on "
+          "the same training data (docs/statistics.md#competence)", PRETRAINING, CLASSIC),
     Claim("whole word masking beats MLM on MRC and NER", "Chinese BERT-wwm (Cui et al. 2021, §4)", "wwm", "mlm",
           ("mrc", "ner")),
     Claim("MLM as correction (Mac) beats random replacement", "MacBERT (Cui et al. 2020, Table 8)", "mac",
@@ -89,7 +91,36 @@ def load_outcomes(params, metrics: Path) -> dict[tuple[str, str], Outcomes]:
             scale = 1.0 if family == "mrc" else 100.0  # everything in percentage points
             found[procedure, task] = Outcomes(np.asarray([c for c, _, _ in counted]),
                                               lambda sums, m=metric, k=scale: k * m(sums), tuple(models), tuple(seeds))
+    for task in params.finetune.tasks:  # the classic baseline (stage baseline): one deterministic run
+        path = metrics / "outcomes" / f"{CLASSIC}-{task}.parquet"
+        if path.is_file():
+            c, metric, family = run_counts(path, [0])
+            scale = 1.0 if family == "mrc" else 100.0
+            found[CLASSIC, task] = Outcomes(c[None], lambda sums, m=metric, k=scale: k * m(sums), (CLASSIC,), (0,))
     return found
+
+
+def competence(outcomes: dict, procedure: str, task: str) -> tuple[Comparison, str] | None:
+    """``procedure − classic baseline`` on ``task`` (unpaired over seeds, paired over test examples) and its
+    reading: *above*, *below* or *within noise of* the classic baseline; where the design gives no verdict
+    (under 3 replicates), *above* or *below in every run* when all of the procedure's runs fall on one side of
+    the baseline's score, else *mixed*. None without both outcomes."""
+    if (procedure, task) not in outcomes or (CLASSIC, task) not in outcomes:
+        return None
+    a, base = outcomes[procedure, task], outcomes[CLASSIC, task]
+    c = compare(a, base)
+    if not c.withheld:
+        return c, {"better": "above", "worse": "below"}.get(c.verdict, "within noise of")
+    runs, score = a.runs, base.estimate
+    return c, ("above in every run" if (runs > score).all() else "below in every run" if (runs < score).all()
+               else "mixed")
+
+
+def beats_classic(outcomes: dict, procedure: str, task: str) -> bool | None:
+    """Whether ``procedure`` beat the task's classic baseline (:func:`competence` reads *above*, in every run
+    where there is no verdict); None without a classic baseline for the task."""
+    found = competence(outcomes, procedure, task)
+    return None if found is None else found[1].startswith("above")
 
 
 def _families(params) -> dict[str, str]:
@@ -127,14 +158,18 @@ def findings_rows(params, outcomes: dict, metrics: Path) -> list[list[str]]:
         tasks = [t for t, f in families.items() if f in claim.families]
         ran = [t for t in tasks if (claim.a, t) in outcomes and (claim.b, t) in outcomes]
         if not ran:
-            missing = [p for p in (claim.a, claim.b) if p not in params.compare and p != "random"]
-            why = f"add {' and '.join(missing)} to compare" if missing else "not fine-tuned yet (stage finetune)"
+            missing = [p for p in (claim.a, claim.b) if p not in params.compare and p not in ("random", CLASSIC)]
+            why = (f"add {' and '.join(missing)} to compare" if missing else "not run yet (stages baseline, finetune)"
+                   if CLASSIC in (claim.a, claim.b) else "not fine-tuned yet (stage finetune)")
             rows.append([claim.finding, claim.source, "-", "not run", "-", "-", f"not run: {why}"])
             continue
         invalid = invalid_reason(metrics, procedures(params), (claim.a, claim.b))
         for t in ran:
             c = compare(outcomes[claim.a, t], outcomes[claim.b, t])
             failed = invalid or finetune_failure(metrics, procedures(params), (claim.a, claim.b), t)
+            if not failed and CLASSIC not in (claim.a, claim.b) and all(
+                    beats_classic(outcomes, p, t) is False for p in (claim.a, claim.b)):
+                failed = "below the classic baseline: neither side beats it (Competence)"
             rows.append(_row(claim.finding, claim.source, t, c, _about(c), failed))
     rows += _reference_rows(params, outcomes, metrics) + _cino_rows(params, metrics) + _distill_rows(params, metrics)
     return rows
@@ -232,7 +267,17 @@ def comparison_section(params, outcomes: dict) -> str:
                                    for k in ("pretraining_seed", "finetuning_seed", "test_sample")),
                               f"{planned:.2f}" if np.isfinite(planned) else "-"])
     headers = ["procedure", *[f"{t} ({_families(params)[t]})" for t in tasks]]
+    classic = [t for t in tasks if (CLASSIC, t) in outcomes]
+    distance = []
+    if classic:
+        rows.append([f"{CLASSIC} baseline (stage baseline)",
+                     *(f"{outcomes[CLASSIC, t].estimate:.1f}" if t in classic else "-" for t in tasks)])
+        for p in procedures(params):
+            found = [competence(outcomes, p, t) for t in classic]
+            if any(found):
+                distance.append([p, *("-" if f is None else f"{cells(f[0])[0]} · {f[1]}" for f in found)])
     return render_blocks("comparison.md.j2", table=table(headers, rows),
+                         competence=table(["procedure", *classic], distance) if distance else "",
                          decomposition=table(["task", "pretraining seed", "fine-tuning seed", "test sample",
                                               "MDE (points)"], decomposition),
                          seeds=len(params.pretrain.seeds), finetune_seeds=len(params.finetune.seeds))

@@ -36,6 +36,7 @@ FINETUNE_STAGES = {*(f"finetune@{o}-42-{t}" for o in ("mlm", SECOND) for t in TA
                    *(f"finetune_random@42-{t}" for t in TASKS),
                    *(f"finetune_snapshot@{o}-42-{f}-sentiment" for o in ("mlm", SECOND) for f in SNAPSHOTS)}
 CURVES_STAGES = {"curves@mlm-42", f"curves@{SECOND}-42"}
+BASELINE_STAGES = {f"baseline@{t}" for t in TASKS}
 ANALYSIS_STAGES = {f"ablation@{ANALYSED['ablation']}", f"probe@{ANALYSED['probe']}",
                    *(f"scalar_mix@{ANALYSED['scalar_mix']}-{t}" for t in ("sentiment", "msra_ner")),
                    f"attributions@{SECOND}-42"}
@@ -63,7 +64,7 @@ def repo(tmp_path_factory, prefect_server):
 def test_every_stage_runs_and_produces_its_outputs(repo):
     repo, _, out = repo
     assert ran_stages(out) == set(DATA_STAGES) | FINETUNE_STAGES | MULTILINGUAL_STAGES | ANALYSIS_STAGES | \
-        COMPRESSION_STAGES | CURVES_STAGES | {"code", "sweep@mlm", f"sweep@{SECOND}", "pretrain@mlm-42",
+        COMPRESSION_STAGES | CURVES_STAGES | BASELINE_STAGES | {"code", "sweep@mlm", f"sweep@{SECOND}", "pretrain@mlm-42",
                                                f"pretrain@{SECOND}-42", "init_random@42", "report"}
     for model in MODELS:
         assert (repo / "models" / model / "model.safetensors").is_file()
@@ -94,6 +95,13 @@ def test_every_stage_runs_and_produces_its_outputs(repo):
     assert "data:image/png;base64," in html and "http://" not in html and "https://" not in html
     md = (repo / "reports" / "report.md").read_text()
     assert "| pretraining beats random init | BERT (Devlin et al. 2019) | sentiment |" in md
+    assert "| pretraining beats the classic baseline |" in md and "**Competence**" in md
+    for task, metric in headline.items():  # each task's classic baseline, scored as the fine-tunes are
+        classic = json.loads((repo / "metrics" / "baseline" / f"{task}.json").read_text())
+        assert classic["test"][metric] > 0 and len(classic["search"]) > 1
+        assert (repo / "metrics" / "outcomes" / f"classic-{task}.parquet").is_file()
+    run = json.loads((repo / "metrics" / "finetune" / f"mlm-42-sentiment.json").read_text())["runs"][0]["train"]
+    assert run["dev_curve"][-1]["step"] == run["steps"] and run["best_step"] in [p["step"] for p in run["dev_curve"]]
     assert "| replaced-token detection beats MLM at equal compute | ELECTRA (Clark et al. 2020, §3.3) | sentiment |" \
         in md
     assert "Spearman's ρ between minus the held-out loss and the fine-tuned test score" in md  # snapshots fine-tuned

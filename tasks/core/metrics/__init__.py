@@ -29,6 +29,7 @@ to its model):
 * ``pretraining_data/<objective>-<seed>.json``: :class:`PretrainingDataMetrics`, stage ``pretraining_data``
 * ``pretrain/<objective>-<seed>.json``: :class:`PretrainMetrics`, stage ``pretrain``
 * ``curves/<objective>-<seed>.json``: :class:`CurvesMetrics`, stage ``curves``
+* ``baseline/<task>.json``: :class:`BaselineMetrics`, stage ``baseline``
 * ``finetune/<model>-<task>.json``: :class:`FinetuneMetrics`, stage ``finetune``
 * ``multilingual.json``: :class:`MultilingualMetrics`, stage ``multilingual``
 * ``vocab_extension.json``: :class:`VocabExtensionMetrics`, stage ``vocab_extension``

@@ -105,6 +105,15 @@ class SeedSummary(Record):
     """Seeds."""
 
 
+class DevPoint(Record):
+    """One point of a fine-tune's dev curve."""
+
+    epoch: float
+    step: int
+    dev: float
+    """The headline metric on dev (the task's unit)."""
+
+
 class FitSummary(Record):
     """What :func:`tasks.downstream.finetune.fit` returns."""
 
@@ -119,6 +128,11 @@ class FitSummary(Record):
     """Examples per wall-clock second (1 decimal)."""
     threads: int = absent()
     """Intra-op threads of the process that trained (absent in runs from before it was written)."""
+    dev_curve: list[DevPoint] = absent()
+    """The headline metric on dev at the end of each epoch and of training (absent in runs from before it was
+    written)."""
+    best_step: int = absent()
+    """The step whose weights were kept: the first best point of ``dev_curve``."""
 
 
 class FinetuneRun(Record):
@@ -172,3 +186,35 @@ class FinetuneMetrics(Metrics):
     def summary(self, split: str) -> dict[str, SeedSummary]:
         """Metric -> summary over the seeds on ``split`` (``dev`` or ``test``)."""
         return {"dev": self.dev, "test": self.test}[split]
+
+
+class ClassicSetting(Record):
+    """One hyper-parameter setting of a classic baseline's search (``C``; CRFsuite's ``c1``, ``c2``)."""
+
+    setting: dict[str, float]
+    dev: float
+    """The headline metric on dev (what the choice is made on)."""
+
+
+class BaselineMetrics(Metrics):
+    """Stage ``baseline@<task>``: the task's classic baseline (:mod:`tasks.downstream.classic`), trained on
+    the same capped train split as every fine-tune, its setting chosen on dev, scored once on test with the
+    fine-tunes' metric code."""
+
+    file = "baseline/<task>.json"
+    task: str
+    family: Family
+    headline: str
+    method: str
+    """What was fitted, in words."""
+    setting: dict[str, float]
+    """The chosen setting."""
+    search: list[ClassicSetting]
+    train_rows: int
+    """Training examples (MRC: questions) it saw: the fine-tunes' capped train split."""
+    dev: Scores
+    test: Scores
+    wall_sec: float
+    """Wall-clock seconds of the search and the predictions."""
+    details: dict[str, int] = absent()
+    """Counts the method reports (features, questions)."""

@@ -10,7 +10,7 @@ from pathlib import Path
 from tasks.core.metrics.base import Metrics
 from tasks.core.metrics.compression import DistillMetrics, PruneMetrics
 from tasks.core.metrics.corpus import CorpusMetrics, SegmentMetrics, SimilarWordsMetrics, TokenizeMetrics
-from tasks.core.metrics.downstream import DownstreamMetrics, FinetuneMetrics
+from tasks.core.metrics.downstream import BaselineMetrics, DownstreamMetrics, FinetuneMetrics
 from tasks.core.metrics.interpretability import AblationMetrics, AttributionsMetrics, ProbeMetrics, ScalarMixMetrics
 from tasks.core.metrics.multilingual import (ContinuePretrainMetrics, MultilingualMetrics, PruneVocabMetrics,
                                              ResampleMetrics, VocabExtensionMetrics)
@@ -18,7 +18,7 @@ from tasks.core.metrics.pretraining import CurvesMetrics, PretrainingDataMetrics
 
 MODELS: dict[str, type[Metrics]] = {model.kind(): model for model in (
     CorpusMetrics, SegmentMetrics, TokenizeMetrics, SimilarWordsMetrics, DownstreamMetrics, PretrainingDataMetrics,
-    PretrainMetrics, FinetuneMetrics, MultilingualMetrics, VocabExtensionMetrics, ResampleMetrics,
+    PretrainMetrics, BaselineMetrics, FinetuneMetrics, MultilingualMetrics, VocabExtensionMetrics, ResampleMetrics,
     ContinuePretrainMetrics, PruneVocabMetrics, AblationMetrics, ProbeMetrics, ScalarMixMetrics,
     AttributionsMetrics, DistillMetrics, PruneMetrics, CurvesMetrics, SweepMetrics)}
 """Kind (the first part of the path under ``metrics/``, without ``.json``) -> model."""
