@@ -44,7 +44,7 @@ from tasks.core import paths
 from tasks.core.model_dir import load_model, load_tokenizer
 from tasks.core.params import load_params
 from tasks.downstream.families import FAMILIES, load_task_data
-from tasks.downstream.finetune import fit_seed, run_seed
+from tasks.downstream.finetune import fit_seed, run_seed, score_test
 from tasks.training.seeds import map_seeds
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -82,13 +82,15 @@ def run_trainer(family, model_dir, labels, data, training, seed) -> float:
 
 def run_seeds(family, model_dir, labels, data, tables, training, metrics, seeds, workers) -> float:
     """Wall seconds of the stage's seeds: in turn here (``workers`` 1) or side by side."""
-    seed_run = partial(run_seed, family, model_dir, labels, data, tables, training, metrics, device=torch.device("cpu"))
+    cpu = torch.device("cpu")
+    seed_run = partial(run_seed, family, model_dir, labels, data, tables, [training], metrics, device=cpu)
     t0 = time.perf_counter()
     if workers == 1:  # what map_seeds does in turn, without its Prefect task runs
-        for seed in seeds:
-            seed_run(seed, log=lambda _: None)
+        by_seed = [seed_run(seed, log=lambda _: None) for seed in seeds]
     else:
-        map_seeds(seed_run, seeds, workers, torch.device("cpu"), "finetune")
+        by_seed = map_seeds(seed_run, seeds, workers, cpu, "finetune")
+    for (run,) in by_seed:  # the stage scores test once per seed, in its own process
+        score_test(family, run, data, tables, training, labels, metrics, cpu)
     return time.perf_counter() - t0
 
 

@@ -136,6 +136,7 @@ def main(argv: list[str] | None = None) -> int:
              Side("pipeline_adamw_loop", config, size, params, adamw="loop"),
              Side("pipeline_adamw_foreach", config, size, params, adamw="foreach"),
              Side("pipeline_batch_x4", config, size, params, batch_scale=4),
+             Side("pipeline_bf16_batch_x4", config, size, params, bf16=True, batch_scale=4),
              Side("electra", config, size, params, objective="electra"),
              Side("span_sbo", config, size, params, objective="span_sbo")]
     schedules = {scale: BatchSchedule(data.lengths, batch * scale, params.seed) for scale in (1, 4)}

@@ -4,8 +4,9 @@
 ``finetune.seed_workers``); per-seed scores, their summary, predictions and models
 (:mod:`tasks.downstream.finetuned`) in ``results/finetune/<model>-<task>``, the per-example test outcomes in
 ``metrics/outcomes/<model>-<task>.parquet`` (:mod:`tasks.downstream.outcomes`). With ``finetune.learning_rate_scales``
-of more than one value, each learning rate of that grid is fine-tuned with every seed and the one with the best mean
-dev score is kept (its scores, predictions and models; every setting's dev score in the metrics)."""
+of more than one value, each learning rate of that grid is fine-tuned with every seed (one worker per seed for the whole
+grid) and the one with the best mean dev score is kept (its scores, predictions and models; every setting's dev score in
+the metrics); test is scored once per seed, at that setting. Each run keeps the weights of its best dev epoch."""
 
 import sys
 import time
@@ -20,7 +21,7 @@ from tasks.core.metrics.downstream import FinetuneMetrics
 from tasks.core.model_dir import check_weights, load_tokenizer
 from tasks.core.params import load_params
 from tasks.downstream.families import FAMILIES, load_task_data
-from tasks.downstream.finetune import learning_rate_grid, run_seed, summarize
+from tasks.downstream.finetune import learning_rate_grid, run_seed, score_test, summarize
 from tasks.downstream.finetuned import write_finetuned
 from tasks.downstream.outcomes import COUNTED, counts, write_outcomes
 from tasks.training.distributed import join_process_group, run_training_stage
@@ -40,24 +41,24 @@ def finetune(model_name: str, task_name: str) -> None:
     encoding = {s: d.stats for s, d in data.items() if getattr(d, "stats", None)}
     ranks, device = join_process_group(cfg.device, "finetune.device")  # one DDP rank per process under torchrun
     t0 = time.perf_counter()
-    searched = {}  # each learning rate of the search: every seed's (scores, predictions, model)
-    for setting in learning_rate_grid(training, cfg.learning_rate_scales):
-        seed_run = partial(run_seed, family, model_dir, labels, data, tables, setting, spec.metrics,
-                           device=device, ranks=ranks)
-        searched[setting.learning_rate] = (setting, map_seeds(seed_run, cfg.seeds, cfg.seed_workers, device,
-                                                              "finetune", ranks))
-    wall = round(time.perf_counter() - t0, 2)
+    grid = learning_rate_grid(training, cfg.learning_rate_scales)
+    seed_run = partial(run_seed, family, model_dir, labels, data, tables, grid, spec.metrics, device=device, ranks=ranks)
+    by_seed = map_seeds(seed_run, cfg.seeds, cfg.seed_workers, device, "finetune", ranks)  # [seed][setting]
     if not ranks.is_main:  # rank 0 evaluates and writes the outputs
         return
     headline = spec.metrics[0]
-    dev = {lr: summarize([r["dev"][headline] for r, _, _ in results])["mean"] for lr, (_, results) in searched.items()}
-    training, results = searched[max(dev, key=dev.get)]  # the first of the best on dev (never test)
+    dev = [summarize([runs[i][0]["dev"][headline] for runs in by_seed])["mean"] for i in range(len(grid))]
+    best = dev.index(max(dev))  # the first of the best on dev (never test)
+    training = grid[best]
+    results = [score_test(family, runs[best], data, tables, training, labels, spec.metrics, device) for runs in by_seed]
+    wall = round(time.perf_counter() - t0, 2)
     runs = [result for result, _, _ in results]
     summary = {split: {m: summarize([r[split][m] for r in runs]) for m in spec.metrics} for split in ("dev", "test")}
     metrics = {"model": model_name, "task": task_name, "family": spec.family, "headline": headline,
                "seeds": cfg.seeds, "seed_workers": cfg.seed_workers, "wall_sec": wall, "encoding": encoding,
                "training": training.model_dump(), "runs": runs, **summary,
-               **({"search": [{"learning_rate": lr, "dev": d} for lr, d in dev.items()]} if len(dev) > 1 else {})}
+               **({"search": [{"learning_rate": g.learning_rate, "dev": d} for g, d in zip(grid, dev)]}
+                  if len(grid) > 1 else {})}
     outcomes = {seed: counts(spec.family, headline, tables["test"], predictions["test"])  # none: Matthews, Pearson
                 for seed, (_, predictions, _) in zip(cfg.seeds, results) if headline in COUNTED[spec.family]}
     name = paths.finetune_name(model_name, task_name)

@@ -60,23 +60,25 @@ def test_a_result_is_marked_older_than_the_code_it_measures_once_that_code_chang
 def test_every_result_names_its_commit_and_is_newer_than_the_code_it_measures(summary):
     """Evidence cannot go stale silently: a CPU result (``make bench`` on a machine like CI's) must name the
     commit it was taken at and no file it runs may have changed in a later commit (rerun it with the change,
-    commit both). A GPU result can only be retaken where a GPU is lent: a stale one is named in this test's
-    skip and marked in benchmarks/README.md."""
+    commit both). A GPU result can only be retaken where a GPU is lent, and a long one (``summary.LONG``) in a
+    stop with the time for it: a stale one is named in this test's skip and marked in benchmarks/README.md."""
     shallow = subprocess.run(["git", "rev-parse", "--is-shallow-repository"], capture_output=True, text=True,
                              cwd=ROOT).stdout.strip() != "false"
     if shallow:
         pytest.skip("a shallow clone cannot date a result against its code")
-    stale, gpu = [], []
+    stale, later = [], []
     for path in sorted((ROOT / "benchmarks" / "results").glob("*.json")):
         result = json.loads(path.read_text(encoding="utf-8"))
         changed = summary.changed_since(path, result["benchmark"])
         why = ("no commit recorded" if not result.get("commit") or result["commit"].endswith("-dirty")
                else f"older than {', '.join(changed)}" if changed else None)
-        if why:
-            (gpu if result["machine"].get("gpu") else stale).append(f"{path.stem}: {why}")
+        if why:  # a GPU result waits for a GPU; a long one (summary.LONG) for a stop with the time, never unmarked
+            wait = result["machine"].get("gpu") or (result["benchmark"] in summary.LONG and why != "no commit recorded")
+            (later if wait else stale).append(f"{path.stem}: {why}")
     assert stale == [], "rerun these benchmarks and commit their results with the code (make bench)"
-    if gpu:
-        pytest.skip(f"GPU results to retake on a GPU (make gpu-check): {'; '.join(gpu)}")
+    if later:
+        pytest.skip(f"results to retake (a GPU one on a GPU, make gpu-check; a long one in a stop with the time, "
+                    f"benchmarks/summary.py LONG): {'; '.join(later)}")
 
 
 # A figure typed in prose goes stale with the next run: measured durations, shares, ratios and score

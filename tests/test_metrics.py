@@ -99,9 +99,9 @@ def _edited(tmp_path: Path, rel: str, edit) -> Path:
     ("finetune/mlm-42-msra_ner.json", lambda d: d["dev"]["f1"].pop("std"), "missing field dev.f1.std"),
     ("ablation/mlm-42.json", lambda d: d["per_head"]["p2p"]["layer_1"]["head_0"].update(em=None),
      "field per_head.p2p.layer_1.head_0.em: input should be a valid number"),
-    ("attributions/wwm-42.json", lambda d: d["examples"][2]["tokens"].__setitem__(1, 7),
+    ("attributions/mlm-42.json", lambda d: d["examples"][2]["tokens"].__setitem__(1, 7),
      "field examples[2].tokens[1]: input should be a valid string, got 7"),
-    ("probe/wwm-42.json", lambda d: d.update(pos=[]), "field pos: input should be an object, got []"),
+    ("probe/mlm-42.json", lambda d: d.update(pos=[]), "field pos: input should be an object, got []"),
     ("pretraining_data/mlm-42.json", lambda d: d.update(similar_fallback_rate=None),
      "field similar_fallback_rate: input should be a valid number"),  # absent is fine, null is not
 ])

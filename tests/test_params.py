@@ -218,9 +218,9 @@ def test_readme_cmrc2018_example_is_valid_and_leaves_room_for_context(tmp_path, 
 
 
 @pytest.mark.parametrize("block,key,value,message", [
-    ("finetune", "tasks", ["sentiment", "msra_ner"], "ablation.task: 'msra_mrc' is not in finetune.tasks"),
-    ("attributions", "models", ["wwm-42", "wwm"], "attributions.models: 'wwm' is no model of this run"),
-    ("attributions", "models", ["wwm-7"], "attributions.models: 'wwm-7' is no model of this run"),
+    ("finetune", "tasks", ["sentiment", "lcqmc", "msra_ner"], "ablation.task: 'msra_mrc' is not in finetune.tasks"),
+    ("attributions", "models", ["mlm-42", "mlm"], "attributions.models: 'mlm' is no model of this run"),
+    ("attributions", "models", ["mlm-7"], "attributions.models: 'mlm-7' is no model of this run"),
 ])
 def test_the_analyses_of_fine_tuned_models_need_finetune_to_make_them(tmp_path, raw, block, key, value, message):
     """ablation and attributions read back the models finetune saved: a model or task it does

@@ -19,10 +19,10 @@ def test_stage_order_follows_the_dvc_graph():
     order = stage_order(str(ROOT))
     first = {name: order.index(name) for name in order}
     assert order[:2] == ["code", "acquire"] and order[-1] == "report"  # code: every stage's fingerprint
-    assert first["ingest"] < first["segment"] < first["tokenize"] < first["pretraining_data@wwm-42"] \
-        < first["pretrain@wwm-42"] < first["curves@wwm-42"]
-    assert first["tokenize"] < first["pretraining_data@mlm-42"]
-    assert "finetune_random@42-sentiment" in first and "finetune_baseline@albert_tiny-sentiment" in first
+    assert first["ingest"] < first["segment"] < first["tokenize"] < first["pretraining_data@mlm-42"] \
+        < first["pretrain@mlm-42"] < first["curves@mlm-42"]
+    assert first["downstream@sentiment"] < first["baseline@sentiment"] < first["report"]
+    assert "finetune_random@42-sentiment" in first and "finetune_baseline@albert_tiny-lcqmc" in first
     for name in order:
         model = name.split("@")[-1].rsplit("-", 1)[0]
         upstream = {"finetune": f"pretrain@{model}", "finetune_random": f"init_random@{model}",

@@ -101,7 +101,7 @@ def test_a_study_is_cut_into_units_each_recipe_then_seed_by_seed_then_the_baseli
     assert mlm[:3] == ("pretraining_data@mlm-43", "pretrain@mlm-43", "curves@mlm-43") and \
         "finetune@mlm-43-msra_ner" in mlm and "finetune_snapshot@mlm-43@0.125-msra_ner" in mlm
     assert units[4].stages == ("init_random@43", *(f"finetune_random@43-{t}" for t in checked.finetune.tasks))
-    assert units[-1].stages == ("finetune_baseline@albert_tiny-sentiment",)
+    assert units[-1].stages == ("finetune_baseline@albert_tiny-lcqmc",)  # finetune.baseline_tasks
     # a stage is in one unit, but for the data the sweeps train on (its recipe's and its seed's: either may run first)
     stages = [s for u in units for s in u.stages if s not in ("pretraining_data@mlm-42", "pretraining_data@wwm-42")]
     assert len(stages) == len(set(stages))

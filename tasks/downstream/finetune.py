@@ -5,7 +5,8 @@ tensors`` whose keys are the keyword arguments of a Hugging Face task head
 (``input_ids``, ``attention_mask``, ``token_type_ids``, ``labels``, ...); the
 head computes its own loss. The optimiser, seeding and DDP weighting are here, the schedule,
 clipping, mixed precision and device in the loop; :func:`run_seed` is one seed of
-``finetune`` (run in turn or side by side by :func:`tasks.training.seeds.map_seeds`). What the
+``finetune`` over its whole search (run in turn or side by side by :func:`tasks.training.seeds.map_seeds`), and
+:func:`score_test` scores the chosen setting's runs on test. What the
 stage leaves behind (models, scores, predictions) is :mod:`tasks.downstream.finetuned`.
 """
 
@@ -141,25 +142,38 @@ def fit_seed(family, model_dir, labels, data: Batches, training, seed: int, devi
     return model.eval(), train
 
 
-def run_seed(family, model_dir, labels, data: dict, tables: dict, training, metrics: list[str], seed: int,
+def run_seed(family, model_dir, labels, data: dict, tables: dict, settings: list, metrics: list[str], seed: int,
              device: torch.device, log: Callable[[str], None] = print,
-             ranks: Ranks = Ranks()) -> tuple[dict, dict, torch.nn.Module] | None:
-    """One seed of ``finetune`` (run by :func:`tasks.training.seeds.map_seeds`): :func:`fit_seed` on
-    ``data['train']``, then scores and predictions on dev and test (``({"seed", "train", "dev",
-    "test"}, {split: predictions}, model)``; under DDP, rank 0 evaluates and the other ranks return None).
-    The weights kept are those of the epoch with the best dev headline (:func:`fit`); test is scored once, there."""
-    def dev_score(model):
-        return family.evaluate(model, data["dev"], tables["dev"], training, labels, metrics[:1], device)[0][metrics[0]]
+             ranks: Ranks = Ranks()) -> list[tuple[dict, dict, torch.nn.Module]] | None:
+    """One seed of ``finetune`` over every setting of its search (``settings``: :class:`tasks.core.params.Training`
+    each), so that :func:`tasks.training.seeds.map_seeds` starts one worker per seed for the whole search: for each,
+    :func:`fit_seed` on ``data['train']``, keeping the weights of its best dev epoch, then its scores and predictions
+    on dev. Test is scored once, at the setting chosen on dev (:func:`score_test`), never for each setting.
 
-    model, train = fit_seed(family, model_dir, labels, data["train"], training, seed, device, log, ranks, dev_score)
-    if not ranks.is_main:
-        return None
-    result, predictions = {"seed": seed, "train": train}, {}
-    for split in ("dev", "test"):
-        result[split], predictions[split] = family.evaluate(model, data[split], tables[split], training, labels,
-                                                           metrics, device)
-    log(f"seed {seed}: dev {result['dev']} test {result['test']}")
-    return result, predictions, model
+    Returns:
+        per setting, in order, ``({"seed", "train", "dev"}, {"dev": predictions}, model)``; under DDP the
+        other ranks return None (rank 0 evaluates).
+    """
+    runs = []
+    for training in settings:
+        def dev_score(model, training=training):
+            return family.evaluate(model, data["dev"], tables["dev"], training, labels, metrics[:1], device)[0][metrics[0]]
+
+        model, train = fit_seed(family, model_dir, labels, data["train"], training, seed, device, log, ranks, dev_score)
+        if ranks.is_main:
+            dev, predictions = family.evaluate(model, data["dev"], tables["dev"], training, labels, metrics, device)
+            log(f"seed {seed}, lr {training.learning_rate:g}: dev {dev}")
+            runs.append(({"seed": seed, "train": train, "dev": dev}, {"dev": predictions}, model))
+    return runs if ranks.is_main else None
+
+
+def score_test(family, run: tuple[dict, dict, torch.nn.Module], data: dict, tables: dict, training, labels,
+               metrics: list[str], device: torch.device) -> tuple[dict, dict, torch.nn.Module]:
+    """A run of :func:`run_seed` with its test scores and predictions added (``run`` is returned, completed)."""
+    result, predictions, model = run
+    result["test"], predictions["test"] = family.evaluate(model, data["test"], tables["test"], training, labels,
+                                                         metrics, device)
+    return run
 
 
 @torch.no_grad()

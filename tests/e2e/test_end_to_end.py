@@ -48,8 +48,11 @@ COMPRESSION_STAGES = {*(f"distill@l1-{t}" for t in COMPRESSED), *(f"prune@{SECON
 def repo(tmp_path_factory, prefect_server):
     """The repository after ``dvc repro`` of the default DAG on the shrunk params, ELECTRA in place of WWM."""
     repo = tmp_path_factory.mktemp("repo")
-    params = yaml.safe_load(yaml.safe_dump(small_params()).replace("wwm-42", f"{SECOND}-42"))
+    params = small_params()
     params["compare"] = ["mlm", SECOND]
+    params["attributions"]["models"] = [f"{SECOND}-42"]  # compression and attributions on the ELECTRA model
+    params["compression"]["distill"]["teacher"] = f"{SECOND}-42"
+    params["compression"]["prune"]["models"] = [f"{SECOND}-42"]
     # every family through the analyses and compression (the default run has one task each)
     params["scalar_mix"]["tasks"] = ["sentiment", "msra_ner"]
     for analysis, model in ANALYSED.items():
