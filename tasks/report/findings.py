@@ -170,6 +170,10 @@ def findings_rows(params, outcomes: dict, metrics: Path) -> list[list[str]]:
             if not failed and CLASSIC not in (claim.a, claim.b) and all(
                     beats_classic(outcomes, p, t) is False for p in (claim.a, claim.b)):
                 failed = "below the classic baseline: neither side beats it (Competence)"
+            if claim.b == CLASSIC and c.withheld and not failed:  # no verdict: which side every run fell on
+                rows.append([claim.finding, claim.source, t, *cells(c),
+                             f"{competence(outcomes, claim.a, t)[1]} ({c.verdict})"])
+                continue
             rows.append(_row(claim.finding, claim.source, t, c, _about(c), failed))
     rows += _reference_rows(params, outcomes, metrics) + _cino_rows(params, metrics) + _distill_rows(params, metrics)
     return rows
