@@ -252,6 +252,8 @@ def comparison_section(params, outcomes: dict) -> str:
         return ""
     rows, decomposition = [], []
     for p in procedures(params):
+        if not any((p, t) in outcomes for t in tasks):  # a published model with no task of this run
+            continue
         row = []
         for t in tasks:
             o = outcomes.get((p, t))
