@@ -92,7 +92,8 @@ def test_a_study_warns_when_its_workers_threads_exceed_the_cores(monkeypatch, ca
 
 
 def test_a_study_is_cut_into_units_each_recipe_then_seed_by_seed_then_the_baselines():
-    checked = study.check_params({"compare": "[mlm,wwm]", "pretrain.seeds": "[43,42]", "curves.tasks": "[msra_ner]"})
+    checked = study.check_params({"compare": "[mlm,wwm]", "pretrain.seeds": "[43,42]", "curves.tasks": "[msra_ner]",
+                                  "finetune.baseline_tasks": "[sentiment]"})
     units = plan_units(checked)
     assert [u.name for u in units] == ["recipe-mlm", "recipe-wwm", "mlm-43", "wwm-43", "random-43", "mlm-42", "wwm-42",
                                        "random-42", "albert_tiny"]
@@ -101,7 +102,7 @@ def test_a_study_is_cut_into_units_each_recipe_then_seed_by_seed_then_the_baseli
     assert mlm[:3] == ("pretraining_data@mlm-43", "pretrain@mlm-43", "curves@mlm-43") and \
         "finetune@mlm-43-msra_ner" in mlm and "finetune_snapshot@mlm-43@0.125-msra_ner" in mlm
     assert units[4].stages == ("init_random@43", *(f"finetune_random@43-{t}" for t in checked.finetune.tasks))
-    assert units[-1].stages == ("finetune_baseline@albert_tiny-lcqmc",)  # finetune.baseline_tasks
+    assert units[-1].stages == ("finetune_baseline@albert_tiny-sentiment",)  # the study's finetune.baseline_tasks
     # a stage is in one unit, but for the data the sweeps train on (its recipe's and its seed's: either may run first)
     stages = [s for u in units for s in u.stages if s not in ("pretraining_data@mlm-42", "pretraining_data@wwm-42")]
     assert len(stages) == len(set(stages))
@@ -121,8 +122,8 @@ def test_the_planners_costs_are_numbers_when_a_pretraining_recorded_no_flops(tmp
     """Its GPU column was NaN: the mean of a pretraining's FLOPs took one metrics file without them as NaN."""
     metrics = ROOT / "metrics"
     (tmp_path / "metrics" / "pretrain").mkdir(parents=True)
-    for name in ("mlm-42", "wwm-42"):
-        shutil.copy(metrics / "pretrain" / f"{name}.json", tmp_path / "metrics" / "pretrain" / f"{name}.json")
+    for name in ("mlm-42", "wwm-42"):  # a second pretraining, from the committed one: the one without FLOPs
+        shutil.copy(metrics / "pretrain" / "mlm-42.json", tmp_path / "metrics" / "pretrain" / f"{name}.json")
     shutil.copytree(metrics / "finetune", tmp_path / "metrics" / "finetune")
     shutil.copytree(metrics / "downstream", tmp_path / "metrics" / "downstream")
     old = json.loads((tmp_path / "metrics" / "pretrain" / "wwm-42.json").read_text())

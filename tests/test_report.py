@@ -329,12 +329,12 @@ def test_every_section_template_renders_from_metrics(params, tmp_path):
     compression = sections["compression.md.j2"]
     assert [line for line in compression.splitlines() if line.startswith("### ")] == [
         *(f"### {t} ({params.task(t).metrics[0]})" for t in params.compression.tasks), "### Findings"]
-    assert "| teacher (wwm-42) |" in compression and "| l1: kd |" in compression and "| pruned: supervised-uneven-" \
+    assert "| teacher (mlm-42) |" in compression and "| l1: kd |" in compression and "| pruned: supervised-uneven-" \
         in compression and "vs labels only" in compression and "keep ≥ 90%" in compression
 
 
 def test_pruning_findings_state_retention_and_survive_an_unpruned_score_of_zero():
-    m = read_metrics(METRICS / "prune" / "wwm-42-sentiment.json", PruneMetrics)
+    m = read_metrics(METRICS / "prune" / "mlm-42-sentiment.json", PruneMetrics)
     [line] = _findings("sentiment", [], [m])
     assert re.search(r"\d+ of \d+ variants keep ≥ 90% of the unpruned test score \(best \S+: \d+%\)", line)
     zero = SeedSummary(mean=0, std=0, max=0, min=0, n=len(m.seeds))
