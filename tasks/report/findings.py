@@ -87,17 +87,20 @@ def load_outcomes(params, metrics: Path) -> dict[tuple[str, str], Outcomes]:
                 continue
             seeds = [r.seed for r in runs[0].runs]
             counted = [run_counts(metrics / "outcomes" / f"{m}-{task}.parquet", seeds) for m in models.values()]
-            metric, family = counted[0][1], counted[0][2]
-            scale = 1.0 if family == "mrc" else 100.0  # everything in percentage points
-            found[procedure, task] = Outcomes(np.asarray([c for c, _, _ in counted]),
-                                              lambda sums, m=metric, k=scale: k * m(sums), tuple(models), tuple(seeds))
+            found[procedure, task] = Outcomes(np.asarray([c for c, _, _ in counted]), _points(*counted[0][1:]),
+                                              tuple(models), tuple(seeds))
     for task in params.finetune.tasks:  # the classic baseline (stage baseline): one deterministic run
         path = metrics / "outcomes" / f"{CLASSIC}-{task}.parquet"
         if path.is_file():
             c, metric, family = run_counts(path, [0])
-            scale = 1.0 if family == "mrc" else 100.0
-            found[CLASSIC, task] = Outcomes(c[None], lambda sums, m=metric, k=scale: k * m(sums), (CLASSIC,), (0,))
+            found[CLASSIC, task] = Outcomes(c[None], _points(metric, family), (CLASSIC,), (0,))
     return found
+
+
+def _points(metric, family: str):
+    """``metric`` in percentage points (MRC's official script already gives percentages)."""
+    scale = 1.0 if family == "mrc" else 100.0
+    return lambda sums: scale * metric(sums)
 
 
 def competence(outcomes: dict, procedure: str, task: str) -> tuple[Comparison, str] | None:
