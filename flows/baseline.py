@@ -34,7 +34,7 @@ def baseline(task_name: str) -> None:
         write_metrics(metrics_file, BaselineMetrics(
             task=task_name, family=spec.family, headline=headline, method=fit.method, setting=fit.setting,
             search=fit.search, train_rows=tables["train"].num_rows, dev=scores["dev"], test=scores["test"],
-            wall_sec=fit.train_sec, **({"details": fit.extra} if fit.extra else {})))
+            wall_sec=fit.train_sec, **({"details": fit.details} if fit.details else {})))
         write_outcomes(outcomes_file, spec.family, headline, outcomes)
 
 

@@ -5,7 +5,9 @@ The model is a folder inside an acquired source (``source`` + ``path``), a local
 folder (``path``), or a hub id (``hub_id``; needs ``HF_HUB_OFFLINE=0``). It is
 loaded with :mod:`tasks.core.model_dir` (``AutoModel``/``AutoTokenizer``, checked) and saved
 again, so a broken or incomplete model (no tokenizer files, truncated weights) fails here,
-with the model's name, not in every fine-tuning run.
+with the model's name, not in every fine-tuning run. A model pretrained on traditional
+characters (``script: traditional``) reads simplified text through its traditional
+characters' embeddings (:func:`tasks.core.script.read_simplified`).
 """
 
 import sys
@@ -19,6 +21,7 @@ from tasks.core.errors import SourceError
 from tasks.core.io import atomic_outputs
 from tasks.core.model_dir import load_model, load_tokenizer
 from tasks.core.params import load_params
+from tasks.core.script import read_simplified
 from tasks.core.stage import run_stage
 
 
@@ -39,6 +42,8 @@ def import_model(name: str) -> None:
         model = load_model(location)
     except SourceError as exc:
         raise SourceError(f"hub_models.{name}: {exc}") from None
+    if spec.script == "traditional":
+        print(f"{name}: {read_simplified(model, tokenizer)} simplified characters read as their traditional forms")
     with atomic_outputs(paths.MODELS / name) as (out,):
         model.save_pretrained(out)
         tokenizer.save_pretrained(out)

@@ -56,6 +56,7 @@ class Classic:
         dev, test: predictions on each split at the chosen setting, in the family's form (rows, or
             ``{id: answer}`` for MRC).
         train_sec: wall seconds of the whole search and the final predictions.
+        details: counts that describe the fit (``features``: its feature dimension).
     """
 
     method: str
@@ -64,7 +65,7 @@ class Classic:
     dev: Any
     test: Any
     train_sec: float = 0.0
-    extra: dict = field(default_factory=dict)
+    details: dict = field(default_factory=dict)
 
 
 def choose(settings: Sequence[dict], fit: Callable[[dict], Callable[[str], Any]],
@@ -114,15 +115,20 @@ def text_classifier(texts: dict[str, list[str]], labels: dict[str, np.ndarray], 
     t0 = time.perf_counter()
     vectorizer = _char_tfidf().fit(texts["train"])
     x = {s: vectorizer.transform(t) for s, t in texts.items()}
+    return _linear("TF-IDF char 1-3-grams", x, labels, regression, dev_score, t0)
 
+
+def _linear(features: str, x: dict, labels: dict[str, np.ndarray], regression: bool,
+            dev_score: Callable[[np.ndarray], float], t0: float) -> Classic:
+    """Logistic (or ridge) regression on ``x`` (split -> ``[N, F]`` matrix), its ``C`` chosen on dev;
+    ``t0``: when the baseline's work began (``time.perf_counter``)."""
     def fit(setting):
         model = _estimator(regression, setting["C"]).fit(x["train"], labels["train"])
         return lambda split: model.predict(x[split])
 
     setting, predict, search = choose([{"C": c} for c in C_GRID], fit, dev_score)
-    return Classic("TF-IDF char 1-3-grams + " + ("ridge" if regression else "logistic regression"), setting, search,
-                   predict("dev"), predict("test"), round(time.perf_counter() - t0, 2),
-                   {"features": len(vectorizer.vocabulary_)})
+    return Classic(f"{features} + {'ridge' if regression else 'logistic regression'}", setting, search,
+                   predict("dev"), predict("test"), round(time.perf_counter() - t0, 2), {"features": x["train"].shape[1]})
 
 
 def _bigrams(text: str) -> set[str]:
@@ -158,15 +164,7 @@ def pair_classifier(pairs: dict[str, tuple[list[str], list[str]]], labels: dict[
         dense = np.hstack([np.array([overlap_features(p, q) for p, q in zip(*pairs[split])]), cosine])
         dense = scaler.fit_transform(dense) if split == "train" else scaler.transform(dense)
         x[split] = sp.hstack([sp.csr_matrix(dense), abs(a - b), a.multiply(b)]).tocsr()
-
-    def fit(setting):
-        model = _estimator(regression, setting["C"]).fit(x["train"], labels["train"])
-        return lambda split: model.predict(x[split])
-
-    setting, predict, search = choose([{"C": c} for c in C_GRID], fit, dev_score)
-    return Classic("overlap features + TF-IDF |a-b|, a*b + " + ("ridge" if regression else "logistic regression"),
-                   setting, search, predict("dev"), predict("test"), round(time.perf_counter() - t0, 2),
-                   {"features": x["train"].shape[1]})
+    return _linear("overlap features + TF-IDF |a-b|, a*b", x, labels, regression, dev_score, t0)
 
 
 # --------------------------------------------------------------------------- CRF

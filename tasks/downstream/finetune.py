@@ -156,14 +156,18 @@ def run_seed(family, model_dir, labels, data: dict, tables: dict, settings: list
     """
     runs = []
     for training in settings:
-        def dev_score(model, training=training):
-            return family.evaluate(model, data["dev"], tables["dev"], training, labels, metrics[:1], device)[0][metrics[0]]
+        kept = {}  # the dev scores and predictions of the epoch fit keeps: its first best, by fit's own rule
+
+        def dev_score(model, training=training, kept=kept):
+            dev, predictions = family.evaluate(model, data["dev"], tables["dev"], training, labels, metrics, device)
+            if not kept or dev[metrics[0]] > kept["dev"][metrics[0]]:
+                kept.update(dev=dev, predictions=predictions)
+            return dev[metrics[0]]
 
         model, train = fit_seed(family, model_dir, labels, data["train"], training, seed, device, log, ranks, dev_score)
         if ranks.is_main:
-            dev, predictions = family.evaluate(model, data["dev"], tables["dev"], training, labels, metrics, device)
-            log(f"seed {seed}, lr {training.learning_rate:g}: dev {dev}")
-            runs.append(({"seed": seed, "train": train, "dev": dev}, {"dev": predictions}, model))
+            log(f"seed {seed}, lr {training.learning_rate:g}: dev {kept['dev']}")
+            runs.append(({"seed": seed, "train": train, "dev": kept["dev"]}, {"dev": kept["predictions"]}, model))
     return runs if ranks.is_main else None
 
 

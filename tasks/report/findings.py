@@ -168,14 +168,14 @@ def findings_rows(params, outcomes: dict, metrics: Path) -> list[list[str]]:
             continue
         invalid = invalid_reason(metrics, procedures(params), (claim.a, claim.b))
         for t in ran:
-            c = compare(outcomes[claim.a, t], outcomes[claim.b, t])
+            c, reading = (competence(outcomes, claim.a, t) if claim.b == CLASSIC
+                          else (compare(outcomes[claim.a, t], outcomes[claim.b, t]), None))
             failed = invalid or finetune_failure(metrics, procedures(params), (claim.a, claim.b), t)
             if not failed and CLASSIC not in (claim.a, claim.b) and all(
                     beats_classic(outcomes, p, t) is False for p in (claim.a, claim.b)):
                 failed = "below the classic baseline: neither side beats it (Competence)"
             if claim.b == CLASSIC and c.withheld and not failed:  # no verdict: which side every run fell on
-                rows.append([claim.finding, claim.source, t, *cells(c),
-                             f"{competence(outcomes, claim.a, t)[1]} ({c.verdict})"])
+                rows.append([claim.finding, claim.source, t, *cells(c), f"{reading} ({c.verdict})"])
                 continue
             rows.append(_row(claim.finding, claim.source, t, c, _about(c), failed))
     rows += _reference_rows(params, outcomes, metrics) + _cino_rows(params, metrics) + _distill_rows(params, metrics)

@@ -167,6 +167,10 @@ class HubModel(_Strict):
     path: str | None = Field(None, description="its folder: inside the source, or a local folder")
     hub_id: str | None = Field(None, description="a hub id (online only: HF_HUB_OFFLINE=0)")
     licence: str = Field("see model card", description="the model's licence, as the report lists it")
+    script: Literal["simplified", "traditional"] = Field(
+        "simplified", description="the characters its pretraining text was written in; traditional: each simplified "
+                                  "character's input embedding is set to its traditional form's when it is imported, "
+                                  "so the packaged (simplified) tasks read as the model learned (tasks.core.script)")
     training: dict[str, float | int | str] = Field(
         description="overrides of finetune.training and tasks.<name>.training when this model is fine-tuned "
                     "(its authors' recipe, e.g. a learning rate for a pretrained model; {} for none)")
