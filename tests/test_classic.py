@@ -87,7 +87,7 @@ def test_crf_reader_answers_every_question_with_a_span_of_its_context(msra):
     fit, scores, answers = family.baseline(mrc, None, ["f1", "em"])
     contexts = dict(zip(mrc["test"].column("id").to_pylist(), mrc["test"].column("context").to_pylist()))
     assert set(answers) == set(contexts) and all(a and a in contexts[i] for i, a in answers.items())
-    assert scores["test"]["f1"] > 20 and fit.extra["questions"] == 3  # MSRA's three entity types
+    assert scores["test"]["f1"] > 20 and fit.details["questions"] == 3  # MSRA's three entity types
 
 
 def test_best_span_falls_back_to_the_most_probable_start():

@@ -63,8 +63,9 @@ def test_a_study_with_invalid_overrides_is_refused_before_any_experiment(monkeyp
     monkeypatch.setattr(study, "_run", lambda *a: pytest.fail("an experiment ran"))
     assert study.main(["study", "-S", "finetune.tasks=[sentiment]", "--out", "unused"]) == 2
     err = capsys.readouterr().err
-    assert "ablation.task: 'msra_mrc' is not in finetune.tasks" in err and "-S finetune.tasks=[sentiment]" in err
-    reduced = {"finetune.tasks": "[sentiment]", "curves.tasks": "[]", "ablation.models": "[]",
+    assert "finetune.baseline_tasks: 'lcqmc' is not in finetune.tasks" in err and "-S finetune.tasks=[sentiment]" in err
+    reduced = {"finetune.tasks": "[sentiment]", "finetune.baseline_tasks": "[sentiment]", "curves.tasks": "[]",
+               "ablation.models": "[]",
                "compression.tasks": "[sentiment]",
                "~sweep.settings.lr5e-4": None}
     study.check_params({**study.STUDIES["study"], **reduced})  # a valid reduced study passes
