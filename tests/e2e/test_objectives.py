@@ -102,7 +102,8 @@ def test_a_study_runs_as_units_and_a_fresh_clone_goes_on_from_the_committed_ones
     git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
     run([*git, "add", "-A"], repo, env)
     run([*git, "commit", "-qm", "the pipeline"], repo, env)
-    reduced = ["--out", "reports/u", "-S", "compare=[mlm,wwm]", "-S", "pretrain.seeds=[42,43]"]
+    reduced = ["--out", "reports/u", "-S", "compare=[mlm,wwm]", "-S", "pretrain.seeds=[42,43]",
+               "-S", "finetune.baseline_tasks=[sentiment]"]  # this repository's one task
     study = [sys.executable, "-m", "tasks.orchestration.study", "study", *reduced]
     out = run(study, repo, env)
     assert "study: 0 of 8 units done" in out and "study: unit wwm-43 done" in out and "8 of 8 units done" in out
