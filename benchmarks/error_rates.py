@@ -20,7 +20,8 @@ from pathlib import Path
 import numpy as np
 
 from tasks.report.simulation import Design, effect_for, error_rates
-from tasks.report.statistics import compare, decompose, example_bootstrap, multibootstrap
+from tasks.report.statistics import compare, example_bootstrap, multibootstrap
+from tasks.report.variance import decompose
 
 sys.path.insert(0, str(Path(__file__).parent))
 from results import write_results  # noqa: E402  (benchmarks/results.py)
@@ -32,7 +33,7 @@ DESIGNS = {"test examples dominate": Design(seed_sd=0.03, finetune_sd=0.02),
 
 
 def shares(design: Design, draws: int = 20) -> dict:
-    """A design's mean variance shares of one run's score (:func:`tasks.report.statistics.decompose`)."""
+    """A design's mean variance shares of one run's score (:func:`tasks.report.variance.decompose`)."""
     rng = np.random.default_rng(0)
     parts = [decompose(design.draw(rng)[0]).shares for _ in range(draws)]
     return {k: _finite(round(float(np.nanmean([p[k] for p in parts])), 3)) for k in parts[0]}

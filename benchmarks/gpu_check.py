@@ -12,7 +12,7 @@ start-up and compilation are left out), MFU and peak CUDA memory; then the ratio
   predictions at the masked positions only, length-grouped batches padded to a multiple of 8)
   after :func:`tasks.pretraining.modeling.prepare_model` (TF32; ``--compile``,
   ``--activation-checkpointing``), twice: padded, and unpadded (``pipeline_unpadded``: the encoder on
-  the real tokens only, attention per sequence on jagged tensors, :mod:`tasks.pretraining.unpadded`,
+  the real tokens only, attention per sequence on jagged tensors, :mod:`benchmarks.unpadded_bert`,
   what ``pretrain`` does on CUDA). The HF side is what a Trainer user
   writes: ``bf16=True``, fused AdamW (Trainer's default), the same options, vocabulary logits at
   every position (``BertForMaskedLM.forward``) and labels -100 elsewhere; its batches are random
@@ -55,10 +55,10 @@ from tasks.pretraining.examples import PretrainingExamples
 from tasks.pretraining.pretrain import train
 from tasks.pretraining.objectives import build
 from tasks.pretraining.pretraining_data import read_shards
-from tasks.pretraining.unpadded import unpad
 
 sys.path.insert(0, str(Path(__file__).parent))
 from results import RESULTS, write_results  # noqa: E402  (benchmarks/results.py)
+from unpadded_bert import unpad  # noqa: E402  (benchmarks/unpadded_bert.py)
 
 # Peak dense bf16 tensor-core FLOP/s (no sparsity), from NVIDIA's data sheets; matched in order
 # against torch.cuda.get_device_name() (the H100 SXM reports "NVIDIA H100 80GB HBM3").
@@ -115,7 +115,7 @@ def steady_rate(points: list[tuple[int, float]]) -> float:
 
 def run_pipeline(params, config, size, data, args, device, unpadded: str | None = None) -> dict:
     """The pipeline's loop on ``data``: steady tokens/s, peak memory (MiB), final loss; ``unpadded``:
-    the encoder on the real tokens only with this attention kernel (:func:`tasks.pretraining.unpadded.unpad`)."""
+    the encoder on the real tokens only with this attention kernel (:func:`benchmarks.unpadded_bert.unpad`)."""
     mean = float(data.lengths.mean())
     log_every = max(1, args.steps // 10)
     cfg = params.pretrain.model_copy(update=dict(

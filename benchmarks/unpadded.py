@@ -5,7 +5,7 @@ batches padded to a multiple of 8) on its data, three ways in this process on th
 for ``--steps`` steps of ``--batch-size`` sequences:
 
 * ``padded``: today's encoder (transformers' SDPA over the padded batch);
-* ``jagged``: :func:`tasks.pretraining.unpadded.unpad`, attention per sequence on jagged nested tensors;
+* ``jagged``: :func:`benchmarks.unpadded_bert.unpad`, attention per sequence on jagged nested tensors;
 * ``varlen``: the same with FlashAttention's variable-length kernel (``torch.nn.attention.varlen``).
 
 FlashAttention's varlen kernel has no attention dropout, so all three run with

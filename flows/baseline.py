@@ -1,4 +1,4 @@
-"""Stage ``baseline@<task>``: the task's classic baseline (:meth:`tasks.downstream.families.Family.baseline`:
+"""Stage ``baseline@<task>``: the task's classic baseline (:meth:`tasks.downstream.families.base.Family.baseline`:
 TF-IDF or overlap features + logistic regression, a CRF), trained on the same capped train split the
 fine-tunes see, its setting chosen on dev, scored once on test. Writes ``metrics/baseline/<task>.json`` and the
 per-example test outcomes ``metrics/outcomes/classic-<task>.parquet`` (:mod:`tasks.downstream.outcomes`), which the
@@ -15,7 +15,7 @@ from tasks.core.metrics.downstream import BaselineMetrics
 from tasks.core.params import load_params
 from tasks.core.stage import run_stage
 from tasks.downstream.families import FAMILIES, read_splits
-from tasks.downstream.outcomes import CLASSIC, COUNTED, counts, write_outcomes
+from tasks.downstream.outcomes import CLASSIC, write_outcomes
 
 
 @flow(name="baseline")
@@ -27,7 +27,7 @@ def baseline(task_name: str) -> None:
     fit, scores, predictions = family.baseline(tables, family.labels(tables), spec.metrics)
     get_run_logger().info(f"{task_name}: {fit.method}, {fit.setting} chosen on dev; dev {scores['dev']} "
                           f"test {scores['test']} ({fit.train_sec} s)")
-    outcomes = {0: counts(spec.family, headline, tables["test"], predictions)} if headline in COUNTED[spec.family] else {}
+    outcomes = {0: family.counts(headline, tables["test"], predictions)} if headline in family.counted else {}
     with atomic_outputs(paths.stage_metrics("baseline", task_name),
                         paths.stage_metrics("outcomes", paths.finetune_name(CLASSIC, task_name), ".parquet")) as (
             metrics_file, outcomes_file):

@@ -1,7 +1,7 @@
 """Stage ``downstream@<task>``: read, split and cap one downstream task's data.
 
 Writes ``data/downstream/<task>/{train,dev,test}.parquet`` (schemas in
-:mod:`tasks.downstream.downstream`), the evaluation text that ingest keeps out of the
+:mod:`tasks.downstream.families`), the evaluation text that ingest keeps out of the
 pretraining corpus (``eval_texts.parquet``), and ``metrics/downstream/<task>.json``
 (rows per split, label or entity counts, malformed records and what was done).
 """
@@ -17,7 +17,8 @@ from tasks.core.metrics.base import write_metrics
 from tasks.core.metrics.downstream import DownstreamMetrics
 from tasks.core.params import load_params
 from tasks.core.stage import run_stage
-from tasks.downstream.downstream import eval_texts, prepare_task
+from tasks.downstream.downstream import prepare_task
+from tasks.downstream.families import FAMILIES
 
 
 @flow(name="downstream")
@@ -26,7 +27,7 @@ def downstream(task: str) -> None:
     spec = params.task(task)
     tables, stats = prepare_task(task, spec, paths.RAW, params.seed)
     get_run_logger().info(f"{task}: {stats['rows']}; malformed: {stats['malformed']['counts']}")
-    texts = {split: eval_texts(spec.family, tables[split]) for split in ("dev", "test")}
+    texts = {split: FAMILIES[spec.family].eval_texts(tables[split]) for split in ("dev", "test")}
     with atomic_outputs(paths.DOWNSTREAM / task, paths.stage_metrics("downstream", task)) as (out, metrics):
         out.mkdir(parents=True)
         for split, table in tables.items():

@@ -23,7 +23,7 @@ from tasks.core.params import load_params
 from tasks.downstream.families import FAMILIES, load_task_data
 from tasks.downstream.finetune import learning_rate_grid, run_seed, score_test, summarize
 from tasks.downstream.finetuned import write_finetuned
-from tasks.downstream.outcomes import COUNTED, counts, write_outcomes
+from tasks.downstream.outcomes import write_outcomes
 from tasks.training.distributed import join_process_group, run_training_stage
 from tasks.training.seeds import map_seeds
 
@@ -59,8 +59,8 @@ def finetune(model_name: str, task_name: str) -> None:
                "training": training.model_dump(), "runs": runs, **summary,
                **({"search": [{"learning_rate": g.learning_rate, "dev": d} for g, d in zip(grid, dev)]}
                   if len(grid) > 1 else {})}
-    outcomes = {seed: counts(spec.family, headline, tables["test"], predictions["test"])  # none: Matthews, Pearson
-                for seed, (_, predictions, _) in zip(cfg.seeds, results) if headline in COUNTED[spec.family]}
+    outcomes = {seed: family.counts(headline, tables["test"], predictions["test"])  # none: Matthews, Pearson
+                for seed, (_, predictions, _) in zip(cfg.seeds, results) if headline in family.counted}
     name = paths.finetune_name(model_name, task_name)
     with atomic_outputs(paths.PREDICTIONS / name, paths.stage_metrics("finetune", name),
                         paths.stage_metrics("outcomes", name, ".parquet")) as (out, metrics_file, outcomes_file):

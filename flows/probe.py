@@ -15,7 +15,7 @@ from tasks.core.metrics.interpretability import ProbeMetrics
 from tasks.core.model_dir import load_model, load_tokenizer
 from tasks.core.params import load_params
 from tasks.core.stage import run_stage
-from tasks.downstream.downstream import ner_sentences
+from tasks.downstream.conll import ner_sentences
 from tasks.interpretability.probe import probe_layers, probe_sentences, read_pos_tagged
 from tasks.training.device import resolve_device
 

@@ -9,7 +9,6 @@ from tasks.core.params import DownstreamTask
 from tasks.downstream import classic
 from tasks.downstream.downstream import prepare_task
 from tasks.downstream.families import FAMILIES
-from tasks.downstream.outcomes import counts
 from tests.conftest import DATA
 
 
@@ -48,7 +47,7 @@ def test_tfidf_logistic_regression_beats_the_majority_class_and_scores_as_a_fine
     assert fit.setting == max(fit.search, key=lambda s: s["dev"])["setting"]  # chosen on dev, the first best
     assert scores["test"]["accuracy"] > majority(sentiment) + 0.1
     # the same rows a fine-tune writes: the per-example outcomes recompute its test score
-    outcome = counts("classification", "accuracy", sentiment["test"], rows)
+    outcome = FAMILIES["classification"].counts("accuracy", sentiment["test"], rows)
     assert outcome[:, 0].sum() / outcome[:, 1].sum() == pytest.approx(scores["test"]["accuracy"])
 
 
@@ -77,7 +76,7 @@ def test_crf_finds_msra_entities_and_its_tags_are_bio(msra):
     assert scores["dev"]["f1"] > 0.4 and scores["test"]["precision"] > 0.3 and scores["test"]["per_type"]
     assert all(len(r["prediction"]) == len(r["tokens"]) for r in rows)
     assert {t for r in rows for t in r["prediction"]} <= set(family.labels(ner))
-    outcome = counts("ner", "f1", ner["test"], rows).sum(0)
+    outcome = FAMILIES["ner"].counts("f1", ner["test"], rows).sum(0)
     assert 2 * outcome[0] / (outcome[1] + outcome[2]) == pytest.approx(scores["test"]["f1"])
 
 

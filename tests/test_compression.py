@@ -10,9 +10,9 @@ from pydantic import ValidationError
 from transformers import (AutoModel, BertConfig, BertForQuestionAnswering, BertForSequenceClassification,
                           BertForTokenClassification, BertModel)
 
-from tasks.compression.distill import (LABEL_KEYS, KdConfig, Match, SoftLabels, attention_mse, check_student, distill,
-                                       hidden_mse, kd_loss, layer_map_for, prediction_logits, student_encoder,
-                                       student_layer_map, temperature_at)
+from tasks.compression.distill import (KdConfig, Match, SoftLabels, check_student, distill, layer_map_for,
+                                       student_encoder, student_layer_map)
+from tasks.compression.losses import LABEL_KEYS, attention_mse, hidden_mse, kd_loss, prediction_logits, temperature_at
 from tasks.compression.encoder import encoder_of, gates, heads_of, record_shape, slice_layer
 from tasks.compression.prune import (Importance, Renumbered, choose, importance, load_pruned, prune, prune_vocabulary,
                                      save_pruned, used_ids)

@@ -10,7 +10,8 @@ from sklearn.metrics import accuracy_score, f1_score
 
 from tasks.core.errors import SourceError
 from tasks.downstream import cmrc_metric
-from tasks.downstream.outcomes import counts, read_outcomes, write_outcomes
+from tasks.downstream.families import FAMILIES
+from tasks.downstream.outcomes import read_outcomes, write_outcomes
 from tasks.report.outcomes import metric_of, run_counts
 
 RNG = np.random.default_rng(0)
@@ -27,7 +28,8 @@ def test_classification_counts_give_scikit_learns_metric(metric):
     rows = [{"id": str(i), "label": int(g), "prediction": int(p)} for i, (g, p) in enumerate(zip(gold, pred))]
     expected = {"accuracy": lambda: accuracy_score(gold, pred), "f1": lambda: f1_score(gold, pred, zero_division=0),
                 "macro_f1": lambda: f1_score(gold, pred, average="macro", zero_division=0)}[metric]()
-    assert _metric("classification", metric, counts("classification", metric, table, rows)) == pytest.approx(expected)
+    counted = FAMILIES["classification"].counts(metric, table, rows)
+    assert _metric("classification", metric, counted) == pytest.approx(expected)
 
 
 def test_ner_counts_give_seqevals_strict_entity_f1():
@@ -35,7 +37,7 @@ def test_ner_counts_give_seqevals_strict_entity_f1():
     gold = [list(RNG.choice(tags, 12)) for _ in range(60)]
     pred = [[t if RNG.random() < 0.7 else RNG.choice(tags) for t in g] for g in gold]
     rows = [{"id": str(i), "tokens": ["字"] * 12, "gold": g, "prediction": p} for i, (g, p) in enumerate(zip(gold, pred))]
-    c = counts("ner", "f1", pa.table({"id": [str(i) for i in range(60)]}), rows)
+    c = FAMILIES["ner"].counts("f1", pa.table({"id": [str(i) for i in range(60)]}), rows)
     assert _metric("ner", "f1", c) == pytest.approx(seqeval_f1(gold, pred, mode="strict", scheme=IOB2))
 
 
@@ -46,7 +48,8 @@ def test_mrc_counts_give_the_official_cmrc_scores():
     gold = {row["id"]: [a["text"] for a in row["answers"]] for row in table.to_pylist()}
     official = cmrc_metric.evaluate(gold, predictions)
     for metric in ("em", "f1"):
-        assert _metric("mrc", metric, counts("mrc", metric, table, predictions)) == pytest.approx(official[metric])
+        counted = FAMILIES["mrc"].counts(metric, table, predictions)
+        assert _metric("mrc", metric, counted) == pytest.approx(official[metric])
 
 
 def test_outcomes_round_trip_through_their_file_and_bad_ones_are_named(tmp_path):
@@ -71,6 +74,6 @@ def test_outcomes_round_trip_through_their_file_and_bad_ones_are_named(tmp_path)
 
 def test_metrics_without_per_example_outcomes_are_refused():
     with pytest.raises(ValueError, match="matthews"):
-        counts("classification", "matthews", pa.table({"id": ["a"]}), [])
+        FAMILIES["classification"].counts("matthews", pa.table({"id": ["a"]}), [])
     with pytest.raises(ValueError, match="pearson"):
         metric_of("classification", "pearson", 2)

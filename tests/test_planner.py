@@ -13,7 +13,7 @@ import yaml
 
 from tasks.orchestration.units import estimate_minutes, plan_units
 from tasks.report.planner import costs, markdown, plan
-from tasks.report.statistics import Decomposition
+from tasks.report.variance import Decomposition
 from tests.conftest import ROOT
 from tasks.core.params import load_params
 from tasks.orchestration import study

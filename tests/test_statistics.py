@@ -9,8 +9,9 @@ from scipy import stats
 from sklearn.metrics import f1_score
 
 from tasks.report.simulation import Design, effect_for, error_rates
-from tasks.report.statistics import (Outcomes, compare, decompose, example_bootstrap, f1_of, from_runs, macro_f1_of,
-                                     mean_of, multibootstrap, two_proportions)
+from tasks.report.statistics import (Outcomes, compare, example_bootstrap, f1_of, from_runs, macro_f1_of, mean_of,
+                                     multibootstrap, two_proportions)
+from tasks.report.variance import decompose
 
 # the study's shape (5 pretraining seeds x 3 fine-tuning seeds x 1,000 test examples) in two regimes:
 # test-sample noise dominating a run's variance, and pretraining-seed noise dominating it

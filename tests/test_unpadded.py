@@ -1,11 +1,11 @@
-"""The unpadded encoder (tasks.pretraining.unpadded): the padded encoder's function on the real tokens."""
+"""The unpadded encoder (benchmarks/unpadded_bert.py): the padded encoder's function on the real tokens."""
 
 import pytest
 import torch
 from transformers import BertConfig, BertForMaskedLM, BertModel
 
 from tasks.pretraining.modeling import PretrainingModel
-from tasks.pretraining.unpadded import unpad
+from benchmarks.unpadded_bert import unpad
 
 
 def _bert(**kw) -> BertForMaskedLM:

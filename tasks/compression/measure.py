@@ -17,7 +17,7 @@ import torch
 from safetensors.torch import save_model
 from torch import nn
 
-from tasks.compression.distill import LABEL_KEYS
+from tasks.compression.losses import LABEL_KEYS
 
 
 def parameters(model: nn.Module) -> int:

@@ -34,7 +34,7 @@ from safetensors.torch import load_model as load_safetensors, save_model
 from torch import nn
 from transformers import AutoConfig
 
-from tasks.compression.distill import LABEL_KEYS, prediction_logits
+from tasks.compression.losses import LABEL_KEYS, prediction_logits
 from tasks.compression.encoder import encoder_of, gates, heads_of, record_shape, reshape_to_config, slice_layer
 from tasks.core.errors import ParamsError, SourceError
 from tasks.core.model_dir import WEIGHT_ERRORS, load_model

@@ -12,6 +12,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+import pyarrow as pa
+
 from tasks.core.io import numbered_lines
 from tasks.core.quality import Issues
 from tasks.core.text import normalise
@@ -34,6 +36,19 @@ class NerSentence:
     id: str
     tokens: list[str]
     tags: list[str]
+
+
+NER_SCHEMA = pa.schema([("id", pa.string()), ("tokens", pa.list_(pa.string())), ("tags", pa.list_(pa.string()))])
+"""A prepared NER split: the family's table (:mod:`tasks.downstream.families.ner`)."""
+
+
+def ner_table(sentences: list[NerSentence]) -> pa.Table:
+    return pa.table({"id": [s.id for s in sentences], "tokens": [list(s.tokens) for s in sentences],
+                     "tags": [list(s.tags) for s in sentences]}, schema=NER_SCHEMA)
+
+
+def ner_sentences(table: pa.Table) -> list[NerSentence]:
+    return [NerSentence(r["id"], r["tokens"], r["tags"]) for r in table.to_pylist()]
 
 
 def _entity_types(labels: list[str]) -> set[str]:

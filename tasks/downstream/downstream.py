@@ -1,21 +1,14 @@
-"""Downstream tasks: preparing their data, and the three task families that fine-tune on it.
+"""Downstream tasks: preparing their data.
 
 A task (``tasks.<name>`` in ``params.yaml``) names a source, a loader, the files
 of each role, and how to split and cap them. :func:`prepare_task` reads the
 files (malformed records handled by :mod:`tasks.core.quality`), carves the splits the
 data lacks out of train by a seeded shuffle, caps each split (seeded subset),
-and returns one Arrow table per split in the family's schema:
-
-==============  ==========================================================
-family          columns
-==============  ==========================================================
-classification  ``id, text_a, text_b, label`` (:mod:`tasks.downstream.classification`)
-ner             ``id, tokens: list<string>, tags: list<string>`` (BIO)
-mrc             ``id, question, context, answers: list<struct<text, start>>``
-==============  ==========================================================
+and returns one Arrow table per split in its family's schema (:mod:`tasks.downstream.families`), with what
+the family records of them.
 
 Each loader reads one file into the family's records (:data:`LOADERS`: one module per file
-format); the families that encode and score these tables are in :mod:`tasks.downstream.families`.
+format); the families encode and score these tables.
 """
 
 from __future__ import annotations
@@ -32,49 +25,12 @@ from tasks.core.quality import Issues
 from tasks.core.stage import stage_task
 from tasks.downstream.clue import read_clue_jsonl
 from tasks.downstream.glue import read_glue
-from tasks.downstream.conll import NerSentence, entity_counts, read_conll
+from tasks.downstream.conll import ner_sentences, ner_table, read_conll
+from tasks.downstream.families import FAMILIES
 from tasks.downstream.ner_mrc import DEFAULT_QUERIES, ner_to_mrc
 from tasks.downstream.polarity import deduplicate, read_polarity_lines, split_table
-from tasks.downstream.squad import MrcExample, located, read_squad
+from tasks.downstream.squad import located, mrc_examples, mrc_table, read_squad
 from tasks.downstream.tables import read_table
-
-NER_SCHEMA = pa.schema([("id", pa.string()), ("tokens", pa.list_(pa.string())), ("tags", pa.list_(pa.string()))])
-MRC_SCHEMA = pa.schema([("id", pa.string()), ("question", pa.string()), ("context", pa.string()),
-                        ("answers", pa.list_(pa.struct([("text", pa.string()), ("start", pa.int32())])))])
-
-
-# --------------------------------------------------------------------------- tables
-
-
-def ner_table(sentences: list[NerSentence]) -> pa.Table:
-    return pa.table({"id": [s.id for s in sentences], "tokens": [list(s.tokens) for s in sentences],
-                     "tags": [list(s.tags) for s in sentences]}, schema=NER_SCHEMA)
-
-
-def ner_sentences(table: pa.Table) -> list[NerSentence]:
-    return [NerSentence(r["id"], r["tokens"], r["tags"]) for r in table.to_pylist()]
-
-
-def mrc_table(examples: list[MrcExample]) -> pa.Table:
-    return pa.table({"id": [e.id for e in examples], "question": [e.question for e in examples],
-                     "context": [e.context for e in examples],
-                     "answers": [[{"text": t, "start": s} for t, s in e.answers] for e in examples]},
-                    schema=MRC_SCHEMA)
-
-
-def mrc_examples(table: pa.Table) -> list[MrcExample]:
-    return [MrcExample(r["id"], r["question"], r["context"], tuple((a["text"], a["start"]) for a in r["answers"]))
-            for r in table.to_pylist()]
-
-
-def eval_texts(family: str, table: pa.Table) -> list[str]:
-    """The running text of a split of a ``family`` task, which ingest keeps out of the pretraining corpus."""
-    if family == "classification":
-        return [t for col in ("text_a", "text_b") for t in table.column(col).to_pylist() if t]
-    if family == "ner":
-        return ["".join(tokens) for tokens in table.column("tokens").to_pylist()]
-    return table.column("context").to_pylist() + table.column("question").to_pylist()
-
 
 # --------------------------------------------------------------------------- preparation
 
@@ -166,16 +122,6 @@ def prepare_task(name: str, spec: DownstreamTask, raw_dir: Path, seed: int) -> t
         if parts[split].num_rows == 0:
             raise SourceError(f"task {name!r}: the {split} split is empty")
     stats["rows"] = {s: t.num_rows for s, t in sorted(parts.items())}
-    if spec.family == "classification" and not pa.types.is_floating(parts["train"].schema.field("label").type):
-        stats["labels"] = {s: dict(sorted(zip(*np.unique(t.column("label").to_numpy(), return_counts=True))))
-                           for s, t in parts.items()}
-        stats["labels"] = {s: {str(k): int(v) for k, v in d.items()} for s, d in stats["labels"].items()}
-        few = [f"{s} {stats['labels'][s]}" for s in ("train", "dev", "test") if len(stats["labels"][s]) < 2]
-        if few:
-            dropped = stats.get("deduplication", {}).get("conflicting_texts_dropped")
-            raise SourceError(f"task {name!r}: fewer than 2 classes (class: count) in split(s) {'; '.join(few)}"
-                              + (f" after dropping {dropped} text(s) with conflicting labels" if dropped else ""))
-    elif spec.family == "ner":
-        stats["entities"] = {s: entity_counts(ner_sentences(t)) for s, t in parts.items()}
+    stats.update(FAMILIES[spec.family].split_stats(name, parts, stats))
     stats["malformed"] = issues.to_dict()
     return {s: parts[s] for s in ("train", "dev", "test")}, stats

@@ -123,7 +123,7 @@ def fit_seed(family, model_dir, labels, data: Batches, training, seed: int, devi
              log: Callable[[str], None] = print, ranks: Ranks = Ranks(),
              dev_score: Callable[[torch.nn.Module], float] | None = None) -> tuple[torch.nn.Module, dict]:
     """One fine-tuning run as ``finetune@<model>-<task>`` does it for ``seed``: the head of
-    ``family`` (a :class:`tasks.downstream.families.Family`) initialised under ``seed`` on the encoder in
+    ``family`` (a :class:`tasks.downstream.families.base.Family`) initialised under ``seed`` on the encoder in
     ``model_dir``, then :func:`fit` with the task's ``training`` knobs (and ``dev_score``: the best epoch kept).
 
     Returns:

@@ -20,7 +20,7 @@ from safetensors.torch import load_model as load_safetensors, save_model
 
 from tasks.core import paths
 from tasks.core.errors import SourceError
-from tasks.core.io import read_json, write_json, write_jsonl
+from tasks.core.io import read_json, read_jsonl, write_json, write_jsonl
 from tasks.core.model_dir import WEIGHT_ERRORS, load_model, load_tokenizer
 from tasks.core.params import DownstreamTask, Params, Training
 from tasks.downstream.families import FAMILIES, Family, load_task_data
@@ -93,6 +93,15 @@ def write_predictions(folder: Path, predictions: dict) -> None:
                 write_json(folder / f"{split}-seed{seed}.json", preds)
             else:
                 write_jsonl(folder / f"{split}-seed{seed}.jsonl", preds)
+
+
+def read_predictions(folder: Path, split: str, seed: int) -> dict | list[dict]:
+    """What :func:`write_predictions` wrote for ``split`` and ``seed`` in ``folder``.
+
+    Raises:
+        FileNotFoundError: neither file is there."""
+    json_file = folder / f"{split}-seed{seed}.json"
+    return read_json(json_file) if json_file.is_file() else read_jsonl(folder / f"{split}-seed{seed}.jsonl")
 
 
 def write_finetuned(folder: Path, seeds: list[int], results: list[tuple[dict, dict, torch.nn.Module]]) -> None:

@@ -1,6 +1,8 @@
 """Per-example outcomes of a fine-tuned run: the counts a task's headline metric is computed from, one
 row per test example, so that a statistic can resample examples and recompute the metric exactly
 (:mod:`tasks.report.statistics`; :func:`tasks.report.outcomes.metric_of` gives the function of their sums).
+Each family computes its runs' counts (``Family.counts``) and says how they sum to each metric
+(``Family.counted``, a :class:`Reduction`).
 
 Stage ``finetune`` writes them beside its metrics (``metrics/outcomes/<model>-<task>.parquet``, small
 and tracked by git), so that the report's statistics and a study's committed units
@@ -24,7 +26,9 @@ that are no function of counts (Matthews correlation, Pearson, Spearman) have no
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import pyarrow as pa
@@ -32,63 +36,46 @@ import pyarrow.parquet as pq
 
 from tasks.core.errors import SourceError
 from tasks.core.io import write_parquet
-from tasks.downstream import cmrc_metric
 
-COUNTED = {"mrc": ("em", "f1", "average"), "ner": ("f1", "precision", "recall"),
-           "classification": ("accuracy", "f1", "macro_f1")}
-"""Family -> the metrics that have per-example outcomes."""
 CLASSIC = "classic"
 """The model name of a task's classic baseline in ``metrics/outcomes/<model>-<task>.parquet`` (stage ``baseline``;
 one run, fine-tuning seed 0)."""
 
 
-def _ner_entities(tags: list[str]) -> set:
-    from seqeval.scheme import IOB2, Entities  # seqeval's own strict reading, as finetune's scores
+@dataclass(frozen=True)
+class Reduction:
+    """How per-example counts ``[N, k]`` summed over examples give a metric (module docstring):
+    ``ratio``: ``Σ c[numerator] / Σ c[denominator]`` (a mean of per-example scores, precision, recall);
+    ``f1``: ``2 Σ c0 / (Σ c1 + Σ c2)`` (TP, predicted, gold); ``macro_f1``: the mean of that F1 over the
+    classes, laid out ``[TP, predicted, gold]`` each. A family's :attr:`counted` maps its metrics to these;
+    the report's statistics implement them (:func:`tasks.report.outcomes.metric_of`)."""
 
-    return {(e.start, e.end, e.tag) for e in Entities([tags], IOB2, suffix=False).entities[0]}
+    kind: Literal["ratio", "f1", "macro_f1"]
+    numerator: int = 0
+    denominator: int = 1
 
 
-def counts(family: str, metric: str, table: pa.Table, predictions) -> np.ndarray:
-    """The per-example counts ``float64 [N, k]`` of one run's predictions on ``table`` (a test
-    split, in its stored order) for ``metric`` (layout: module docstring).
+MEAN, F1, MACRO_F1 = Reduction("ratio"), Reduction("f1"), Reduction("macro_f1")
 
-    Args:
-        predictions: what finetune predicts for the split: rows ``{id, label, prediction}``
-            (classification) or ``{id, tokens, gold, prediction}`` (NER), or ``{id: answer}`` (MRC).
-    Raises:
-        ValueError: a metric that is no function of per-example counts, or predictions that do not
-            cover the split's examples in order.
-    """
-    if metric not in COUNTED[family]:
-        raise ValueError(f"{family} metric {metric!r} has no per-example outcomes")
-    ids = table.column("id").to_pylist()
-    if family == "mrc":
-        answers = {row["id"]: [a["text"] for a in row["answers"]] for row in table.to_pylist()}
-        em = np.array([cmrc_metric.exact_match(answers[i], predictions[i]) if i in predictions else 0.0 for i in ids])
-        f1 = np.array([cmrc_metric.f1_score(answers[i], predictions[i]) if i in predictions else 0.0 for i in ids])
-        score = {"em": em, "f1": f1, "average": (em + f1) / 2}[metric]
-        return np.stack([100 * score, np.ones_like(score)], -1)
-    if [row["id"] for row in predictions] != ids:
+
+def mean_counts(score: np.ndarray) -> np.ndarray:
+    """``[N, 2]`` counts of per-example scores ``[N]`` (accuracy, exact match, MRC F1): the score and 1."""
+    return np.stack([np.asarray(score, dtype=np.float64), np.ones(len(score))], -1)
+
+
+def f1_counts(correct: np.ndarray, predicted: np.ndarray, gold: np.ndarray) -> np.ndarray:
+    """``[N, 3]`` counts of an F1 (:data:`F1`): per example, its correct, predicted and gold items."""
+    return np.stack([correct, predicted, gold], -1).astype(np.float64).reshape(-1, 3)
+
+
+def in_order(table: pa.Table, rows: list[dict]) -> None:
+    """Raises ValueError: prediction ``rows`` (``{id, ...}``) that do not list ``table``'s examples in its order."""
+    if [row["id"] for row in rows] != table.column("id").to_pylist():
         raise ValueError("the predictions do not list the split's examples in its order")
-    if family == "ner":
-        rows = []
-        for row in predictions:
-            gold, pred = _ner_entities(row["gold"]), _ner_entities(row["prediction"])
-            rows.append([len(gold & pred), len(pred), len(gold)])
-        return np.asarray(rows, dtype=np.float64).reshape(-1, 3)
-    gold = np.array([row["label"] for row in predictions])
-    pred = np.array([row["prediction"] for row in predictions])
-    if metric == "accuracy":
-        return np.stack([(gold == pred).astype(np.float64), np.ones(len(gold))], -1)
-    if metric == "f1":
-        return np.stack([(pred == 1) & (gold == 1), pred == 1, gold == 1], -1).astype(np.float64)
-    classes = np.unique(gold)
-    c = np.stack([np.stack([(pred == k) & (gold == k), pred == k, gold == k], -1) for k in classes], 1)
-    return c.reshape(len(gold), -1).astype(np.float64)
 
 
 def write_outcomes(path: Path, family: str, metric: str, by_seed: dict[int, np.ndarray]) -> None:
-    """``{fine-tuning seed: counts [N, k]}`` (:func:`counts`) as one Parquet table at ``path``: a row per
+    """``{fine-tuning seed: counts [N, k]}`` (a family's ``counts``) as one Parquet table at ``path``: a row per
     seed and example (seeds in the given order, examples in the split's), columns ``seed``, ``c0`` ...
     ``c<k-1>``; the family and metric in its schema metadata. No seeds (a metric without outcomes): no rows."""
     seeds = list(by_seed)

@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
+import pyarrow as pa
+
 from tasks.core.errors import SourceError
 from tasks.core.quality import Issues
 
@@ -37,6 +39,23 @@ class MrcExample:
 def gold_texts(examples: Iterable[MrcExample]) -> dict[str, list[str]]:
     """question id -> gold answer texts, the ``gold`` argument of :func:`tasks.downstream.cmrc_metric.evaluate`."""
     return {ex.id: [text for text, _ in ex.answers] for ex in examples}
+
+
+MRC_SCHEMA = pa.schema([("id", pa.string()), ("question", pa.string()), ("context", pa.string()),
+                        ("answers", pa.list_(pa.struct([("text", pa.string()), ("start", pa.int32())])))])
+"""A prepared MRC split: the family's table (:mod:`tasks.downstream.families.mrc`)."""
+
+
+def mrc_table(examples: list[MrcExample]) -> pa.Table:
+    return pa.table({"id": [e.id for e in examples], "question": [e.question for e in examples],
+                     "context": [e.context for e in examples],
+                     "answers": [[{"text": t, "start": s} for t, s in e.answers] for e in examples]},
+                    schema=MRC_SCHEMA)
+
+
+def mrc_examples(table: pa.Table) -> list[MrcExample]:
+    return [MrcExample(r["id"], r["question"], r["context"], tuple((a["text"], a["start"]) for a in r["answers"]))
+            for r in table.to_pylist()]
 
 
 # ---------------------------------------------------------------------------------------------------------------------

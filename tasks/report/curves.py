@@ -15,6 +15,7 @@ from scipy import stats
 from tasks.core.metrics.downstream import FinetuneMetrics
 from tasks.core.metrics.pretraining import CurvesMetrics, PretrainMetrics
 from tasks.core.paths import seeded
+from tasks.downstream.families import FAMILIES
 from tasks.report.common import fmt, load_metrics, save_figure, table
 from tasks.report.templating import render_blocks
 
@@ -67,7 +68,7 @@ def _finetuned(metrics: Path, name: str, fraction: float, task: str) -> float | 
     """Test mean of the headline metric of ``name`` (at ``fraction`` of its budget) fine-tuned on ``task``."""
     model = name if fraction == 1.0 else f"{name}@{fraction:g}"
     m = load_metrics(metrics / "finetune" / f"{model}-{task}.json", FinetuneMetrics)
-    return None if m is None else m.test[m.headline].mean * (1.0 if m.family == "mrc" else 100.0)
+    return None if m is None else m.test[m.headline].mean * FAMILIES[m.family].percent
 
 
 def _rank(task: str, over: str, pairs: list[tuple[float, float]]) -> list[list[str]]:

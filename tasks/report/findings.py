@@ -18,11 +18,13 @@ from tasks.core.metrics.compression import DistillMetrics
 from tasks.core.metrics.downstream import FinetuneMetrics
 from tasks.core.metrics.multilingual import ContinuePretrainMetrics
 from tasks.core.paths import seeded
-from tasks.downstream.outcomes import CLASSIC, COUNTED
+from tasks.downstream.families import FAMILIES
+from tasks.downstream.outcomes import CLASSIC
 from tasks.report.common import json_number, load_metrics, table
 from tasks.report.gates import finetune_failure, invalid_reason
 from tasks.report.outcomes import run_counts
-from tasks.report.statistics import Comparison, Outcomes, compare, decompose, from_runs, interval, two_proportions
+from tasks.report.statistics import Comparison, Outcomes, compare, from_runs, interval, two_proportions
+from tasks.report.variance import decompose
 from tasks.report.templating import render_blocks
 
 
@@ -83,7 +85,8 @@ def load_outcomes(params, metrics: Path) -> dict[tuple[str, str], Outcomes]:
     for procedure, models in procedures(params).items():
         for task in params.finetune.tasks:
             runs = [load_metrics(metrics / "finetune" / f"{m}-{task}.json", FinetuneMetrics) for m in models.values()]
-            if not all(runs) or runs[0].headline not in COUNTED[runs[0].family]:  # Matthews, Pearson: no outcomes
+            # Matthews, Pearson: no outcomes
+            if not all(runs) or runs[0].headline not in FAMILIES[runs[0].family].counted:
                 continue
             seeds = [r.seed for r in runs[0].runs]
             counted = [run_counts(metrics / "outcomes" / f"{m}-{task}.parquet", seeds) for m in models.values()]
@@ -99,7 +102,7 @@ def load_outcomes(params, metrics: Path) -> dict[tuple[str, str], Outcomes]:
 
 def _points(metric, family: str):
     """``metric`` in percentage points (MRC's official script already gives percentages)."""
-    scale = 1.0 if family == "mrc" else 100.0
+    scale = FAMILIES[family].percent
     return lambda sums: scale * metric(sums)
 
 
@@ -231,7 +234,7 @@ def _distill_rows(params, metrics: Path) -> list[list[str]]:
             variants = {v.name: v for v in m.variants}
             if "kd" not in variants or "labels" not in variants or len(m.seeds) < 2:
                 continue
-            scale = 1.0 if m.family == "mrc" else 100.0
+            scale = FAMILIES[m.family].percent
             score = {name: [scale * r.test[m.headline] for r in v.runs] for name, v in variants.items()}
             c = from_runs(score["kd"], score["labels"], paired=True)
             rows.append([f"distillation beats labels alone ({student})", "TextBrewer (Yang et al. 2020, §4)", task,

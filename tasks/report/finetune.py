@@ -8,20 +8,21 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from tasks.core.metrics.downstream import FinetuneMetrics, Scores, SeedSummary
+from tasks.downstream.families import FAMILIES
 from tasks.report.common import load_metrics, save_bars
 from tasks.report.templating import render_blocks
 
 
 def fraction(family: str, score: float) -> float:
-    """A score of a task of ``family`` in [0, 1]. MRC runs store the official CMRC 2018
-    script's percentages; classification (scikit-learn) and NER (seqeval) store fractions."""
-    return score / 100 if family == "mrc" else score
+    """A score of a task of ``family`` in [0, 1] (its ``percent``: MRC runs store the official CMRC 2018
+    script's percentages; classification (scikit-learn) and NER (seqeval) store fractions)."""
+    return score / (100 / FAMILIES[family].percent)
 
 
 def as_fractions(result: FinetuneMetrics) -> FinetuneMetrics:
     """Fine-tuning metrics with every score in [0, 1] (:func:`fraction`); summaries' ``n``
     is a count and stays as is."""
-    if result.family != "mrc":
+    if FAMILIES[result.family].percent == 100:
         return result
 
     def summary(s: SeedSummary) -> SeedSummary:

@@ -7,26 +7,24 @@ from pathlib import Path
 
 import numpy as np
 
+from tasks.downstream.families import FAMILIES
 from tasks.downstream.outcomes import read_outcomes
 from tasks.report.statistics import Metric, f1_of, macro_f1_of, mean_of
 
 
 def metric_of(family: str, metric: str, width: int) -> Metric:
     """The function of summed counts that gives ``metric`` of ``family`` from rows of ``width`` counts
-    (the layout of :func:`tasks.downstream.outcomes.counts`).
+    (the family's :class:`~tasks.downstream.outcomes.Reduction` of it, :mod:`tasks.downstream.outcomes`).
 
     Raises:
         ValueError: a metric with no per-example outcomes.
     """
-    if family == "mrc" or metric == "accuracy":
-        return mean_of()
-    if family == "ner":
-        reduce = {"f1": f1_of(), "precision": mean_of(0, 1), "recall": mean_of(0, 2)}.get(metric)
-    else:
-        reduce = {"f1": f1_of(), "macro_f1": macro_f1_of(width // 3)}.get(metric)
-    if reduce is None:
+    reduction = FAMILIES[family].counted.get(metric)
+    if reduction is None:
         raise ValueError(f"{family} metric {metric!r} has no per-example outcomes")
-    return reduce
+    if reduction.kind == "ratio":
+        return mean_of(reduction.numerator, reduction.denominator)
+    return f1_of() if reduction.kind == "f1" else macro_f1_of(width // 3)
 
 
 def run_counts(path: Path, seeds: list[int]) -> tuple[np.ndarray, Metric, str]:

@@ -4,7 +4,7 @@ target minimum detectable effect, and what it costs.
 From a study's variance components (``variance.json``, written by the report stage:
 :func:`tasks.report.findings.variance_components`), the MDE of a paired comparison of two procedures
 with ``S`` pretraining seeds, ``F`` fine-tuning seeds and ``N`` test examples is
-:meth:`tasks.report.statistics.Decomposition.planned_mde`: the variance ``2 (σ²_p / S + (σ²_f +
+:meth:`tasks.report.variance.Decomposition.planned_mde`: the variance ``2 (σ²_p / S + (σ²_f +
 σ²_r N₀/N) / (S F))`` (pretraining seed, fine-tuning seed, each run's own example noise measured on
 ``N₀`` examples; the examples' difficulty cancels in the pairing), with the noncentral-t MDE of its
 ``S − 1`` degrees of freedom. ``N`` can grow only up to the task's full test split. The cost of a
@@ -31,7 +31,8 @@ from tasks.core.errors import PipelineError
 from tasks.core.metrics.downstream import DownstreamMetrics, FinetuneMetrics
 from tasks.core.metrics.pretraining import PretrainMetrics
 from tasks.report.common import json_number, load_metrics, table
-from tasks.report.statistics import MIN_REPLICATES, Decomposition
+from tasks.report.statistics import MIN_REPLICATES
+from tasks.report.variance import Decomposition
 
 GPU_CHECK = Path("benchmarks/results/gpu_check.json")
 SEEDS, FINETUNE_SEEDS = range(MIN_REPLICATES, 51), range(1, 11)  # under 3 seeds no MDE (compare)

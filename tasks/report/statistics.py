@@ -36,12 +36,13 @@ few replicates* under 3 of them, *n/a* under 2 test examples); the **minimum det
 noncentral t distribution of the test's statistic and a median-unbiased estimate of the standard error
 from the replicates at hand. With one pretraining seed the interval is about that
 checkpoint, not the procedure (the fine-tuning seeds are then the replicates); with one of each,
-about that one run, over test examples only. :func:`decompose` splits a procedure's run-to-run
-variance into its pretraining-seed, fine-tuning-seed and test-sample shares.
+about that one run, over test examples only. :func:`tasks.report.variance.decompose` splits a procedure's
+run-to-run variance into its pretraining-seed, fine-tuning-seed and test-sample shares.
 """
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import Callable
 
@@ -175,7 +176,7 @@ def _level(o: Outcomes) -> tuple[np.ndarray, str]:
     return runs.reshape(1), "test examples"
 
 
-def _residual(x: np.ndarray) -> float:
+def residual_mean_square(x: np.ndarray) -> float:
     """The residual mean square of the runs x examples table ``x[m, n]`` (two-way, no replication)."""
     m, n = x.shape
     if m < 2 or n < 2:
@@ -230,7 +231,7 @@ def compare(a: Outcomes, b: Outcomes, alpha: float = ALPHA) -> Comparison:
         d = la - lb
         v_seed, df_seed = (d.var(ddof=1) / len(d), len(d) - 1) if len(d) > 1 else (0.0, np.inf)
         table_d = _level_table(xa - xb)
-        residual = _residual(table_d) / table_d.size
+        residual = residual_mean_square(table_d) / table_d.size
         df_residual = (table_d.shape[0] - 1) * (n - 1)
     else:
         parts = [(lv.var(ddof=1) / len(lv), len(lv) - 1) for lv in (la, lb) if len(lv) > 1]
@@ -238,7 +239,7 @@ def compare(a: Outcomes, b: Outcomes, alpha: float = ALPHA) -> Comparison:
         df_seed = v_seed ** 2 / sum(v ** 2 / d for v, d in parts) if parts and v_seed > 0 else np.inf
         what = what if len(la) >= len(lb) else what_b
         tables = [_level_table(x) for x in (xa, xb)]
-        residual = sum(_residual(t) / t.size for t in tables)
+        residual = sum(residual_mean_square(t) / t.size for t in tables)
         df_residual = sum((t.shape[0] - 1) * (n - 1) for t in tables)
     # the example means, averaged over every run of each procedure: test-sample noise
     e = xa.mean(axis=(0, 1)) - xb.mean(axis=(0, 1))
@@ -333,100 +334,33 @@ def example_bootstrap(a: Outcomes, b: Outcomes, draws: int = 1000, seed: int = 0
     return multibootstrap(*first, draws=draws, seed=seed, alpha=alpha)
 
 
-@dataclass(frozen=True)
-class Decomposition:
-    """Variance of one run's score (one pretraining seed, one fine-tuning seed, one test sample of
-    ``N``), split into what each source contributes (metric units squared), and their shares;
-    ``run_noise``: the part of ``test_sample`` that pairing over examples does not remove (each
-    run's own example noise, the run x example interaction over ``N``), and ``examples``: ``N``."""
-
-    pretraining_seed: float
-    finetuning_seed: float
-    test_sample: float
-    run_noise: float = 0.0
-    examples: int = 0
-
-    def paired_variance(self, seeds: int, finetune_seeds: int, examples: int) -> float:
-        """Variance of a paired comparison (same seeds, same examples) of two procedures that vary as
-        this one, with ``seeds`` pretraining seeds x ``finetune_seeds`` x ``examples`` test examples: the
-        examples' difficulty cancels; the rest doubles (two procedures) and shrinks with replication."""
-        noise = self.run_noise * self.examples / examples  # per-example interaction over the new N
-        pretraining = 0.0 if np.isnan(self.pretraining_seed) else self.pretraining_seed
-        finetuning = 0.0 if np.isnan(self.finetuning_seed) else self.finetuning_seed
-        return 2 * (pretraining / seeds + (finetuning + noise) / (seeds * finetune_seeds))
-
-    def planned_mde(self, seeds: int, finetune_seeds: int, examples: int, alpha: float = ALPHA,
-                    estimated_df: float | None = None) -> float:
-        """The MDE of that paired comparison (:func:`mde`; degrees of freedom of its replicates, the
-        pretraining seeds, else the fine-tuning seeds), these components having been estimated with
-        ``estimated_df`` degrees of freedom (default: the design's). NaN under :data:`MIN_REPLICATES`
-        replicates, as :func:`compare`'s. One definition for the report's variance table (at the study's
-        own design) and the planner (at any), from the components of :func:`decompose`: 80% power where
-        pretraining seeds matter, at least 80% where their variance is estimated at 0
-        (``tests/test_statistics.py``)."""
-        replicates = seeds if seeds > 1 else finetune_seeds
-        if replicates < MIN_REPLICATES:
-            return float("nan")
-        return mde(float(np.sqrt(self.paired_variance(seeds, finetune_seeds, examples))), replicates - 1, alpha,
-                   estimated_df=estimated_df)
-
-    @property
-    def shares(self) -> dict[str, float]:
-        """Each component's share of their sum; NaN for a component the design cannot estimate."""
-        parts = {"pretraining_seed": self.pretraining_seed, "finetuning_seed": self.finetuning_seed,
-                 "test_sample": self.test_sample}
-        total = sum(v for v in parts.values() if not np.isnan(v))
-        return {k: (v / total if total > 0 else float("nan")) for k, v in parts.items()}
-
-
-def decompose(o: Outcomes) -> Decomposition:
-    """Method-of-moments variance components of a procedure's run scores (a nested ANOVA of the
-    runs' metrics, fine-tuning seeds within pretraining seeds, with the runs' per-example noise
-    taken out: the residual of the runs x examples table over ``N``); the test-sample variance of a
-    run is ``Var_n / N`` of its pseudo-values, averaged over runs. A component the design cannot
-    estimate (one seed of that kind) is NaN, not 0. Where the pretraining seeds' means vary less than
-    their fine-tuning seeds explain (the moment estimate of its variance below 0), that variance is 0 and
-    the runs' within-seed variance is the two mean squares pooled by their degrees of freedom, REML's
-    estimate at that boundary in a balanced one-way classification (Searle, Casella & McCulloch 1992,
-    *Variance Components*, ch. 3), not the within-seed one alone: that, the larger, made the planned MDE
-    of a design where pretraining seeds do not matter twice the realised one (``tests/test_statistics.py``).
-    A negative fine-tuning estimate is 0."""
-    runs, x = o.runs, o.pseudo_values()
-    s, f, n = x.shape
-    test = float(x.var(axis=2, ddof=1).mean() / n)
-    noise = _residual(x.reshape(-1, n)) / n  # each run's own example noise, shared by no other run
-    within = float(runs.var(axis=1, ddof=1).mean()) if f > 1 else 0.0
-    between = float(runs.mean(axis=1).var(ddof=1)) if s > 1 else 0.0
-    if s > 1 and f > 1 and between < within / f:  # σ²_p at 0: both mean squares estimate the within-seed variance
-        within = ((s - 1) * f * between + s * (f - 1) * within) / (s * f - 1)
-    finetuning = max(within - noise, 0.0) if f > 1 else float("nan")
-    pretraining = max(between - within / f, 0.0) if s > 1 else float("nan")
-    return Decomposition(pretraining, finetuning, test, noise, n)
-
-
 def from_runs(a: list[float], b: list[float], paired: bool, replicates: str = "fine-tuning seeds",
               alpha: float = ALPHA) -> Comparison:
     """``mean(a) − mean(b)`` of per-run scores when no per-example outcomes exist (e.g. students
     and pruned models, scored per seed only): a t interval over the paired differences (runs of
-    the same seeds) or Welch's. Test-sample noise is in each run's score but not apart from it.
+    the same seeds) or Welch's (SciPy's ``ttest_rel`` / ``ttest_ind(equal_var=False)``). Test-sample noise is in
+    each run's score but not apart from it; runs without spread give no interval (NaN).
 
     Raises:
         ValueError: fewer than 2 runs on a side (nothing to estimate a variance from), or paired
             runs of different counts.
     """
     a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
-    if paired:
-        if len(a) != len(b) or len(a) < 2:
-            raise ValueError(f"paired runs need the same count, at least 2: {len(a)} and {len(b)}")
-        d = a - b
-        se, df = float(d.std(ddof=1) / np.sqrt(len(d))), float(len(d) - 1)
-    else:
-        if min(len(a), len(b)) < 2:
-            raise ValueError(f"at least 2 runs a side: {len(a)} and {len(b)}")
-        va, vb = a.var(ddof=1) / len(a), b.var(ddof=1) / len(b)
-        se = float(np.sqrt(va + vb))
-        df = float((va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))) if va + vb > 0 else np.inf
-    return _t_comparison(float(a.mean() - b.mean()), se, df, paired, replicates, max(len(a), len(b)), alpha)
+    if paired and (len(a) != len(b) or len(a) < 2):
+        raise ValueError(f"paired runs need the same count, at least 2: {len(a)} and {len(b)}")
+    if min(len(a), len(b)) < 2:
+        raise ValueError(f"at least 2 runs a side: {len(a)} and {len(b)}")
+    diff, count = float(a.mean() - b.mean()), max(len(a), len(b))
+    with warnings.catch_warnings():  # runs without spread: no interval (NaN), as compare()
+        warnings.simplefilter("ignore", RuntimeWarning)
+        test = stats.ttest_rel(a, b) if paired else stats.ttest_ind(a, b, equal_var=False)
+    if not np.isfinite(test.statistic):
+        return _t_comparison(diff, 0.0, float(test.df), paired, replicates, count, alpha)
+    interval = test.confidence_interval(1 - alpha)
+    se = float((interval.high - interval.low) / (2 * stats.t.ppf(1 - alpha / 2, test.df)))
+    detectable = mde(se, float(test.df), alpha) if count >= MIN_REPLICATES else float("nan")
+    return Comparison(diff, float(interval.low), float(interval.high), float(test.pvalue), se, float(test.df),
+                      detectable, paired, replicates, count)
 
 
 def two_proportions(right_a: int, total_a: int, right_b: int, total_b: int, alpha: float = ALPHA) -> Comparison:

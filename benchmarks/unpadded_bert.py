@@ -18,8 +18,8 @@ within float rounding (the sums run over fewer terms in a different order). Two 
 (FlashAttention's variable-length kernel, Dao 2023, as ``torch.nn.attention.varlen``; CUDA only, no
 dropout).
 Measured on bert-base and the pipeline's data (``benchmarks/unpadded.py``, ``benchmarks/gpu_check.py``):
-``jagged`` is several times slower than the padded encoder and ``varlen`` faster; no stage uses this
-module yet, since BERT's recipe has attention dropout (``docs/running.md``).
+``jagged`` is several times slower than the padded encoder and ``varlen`` faster. No stage uses it, since
+BERT's recipe has attention dropout (``docs/running.md``), so it lives with the benchmarks that measure it.
 """
 
 from __future__ import annotations

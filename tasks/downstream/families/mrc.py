@@ -1,0 +1,72 @@
+"""Family ``mrc``: CMRC 2018-style span extraction (``id, question, context, answers``) over sliding windows;
+the official CMRC 2018 EM and F1, in percent. Its classic baseline: the NER CRF's most probable entity of
+the asked type (:func:`tasks.downstream.classic.crf_reader`)."""
+
+from __future__ import annotations
+
+import numpy as np
+from transformers import AutoModelForQuestionAnswering
+
+from tasks.downstream import classic, cmrc_metric
+from tasks.downstream.families.base import baseline_scores, dropout, not_counted
+from tasks.downstream.finetune import predict
+from tasks.downstream.mrc import MrcFeatures
+from tasks.downstream.mrc_decode import decode as decode_spans
+from tasks.downstream.outcomes import MEAN, mean_counts
+from tasks.downstream.squad import gold_texts, mrc_examples
+
+
+class Mrc:
+    name = "mrc"
+    percent = 1.0
+    counted = {"em": MEAN, "f1": MEAN, "average": MEAN}
+
+    def eval_texts(self, table):
+        return table.column("context").to_pylist() + table.column("question").to_pylist()
+
+    def split_stats(self, task, parts, stats):
+        return {}
+
+    def labels(self, tables):
+        return None
+
+    def model(self, path, labels, training):
+        return AutoModelForQuestionAnswering.from_pretrained(path, **dropout(training.dropout))
+
+    def encode(self, table, tokenizer, training, labels):
+        return MrcFeatures.encode(mrc_examples(table), tokenizer, training.max_seq_length, training.doc_stride,
+                                  training.max_query_length)
+
+    def evaluate(self, model, data, table, training, labels, metrics, device):
+        out = predict(model, data, batch_size=training.eval_batch_size, device=device,
+                      outputs=("start_logits", "end_logits"))
+        answers = decode_spans(out["start_logits"], out["end_logits"], data, mrc_examples(table),
+                               n_best=training.n_best, max_answer_length=training.max_answer_length)
+        return self.scored(table, answers, metrics)
+
+    def scored(self, table, answers, metrics):
+        result = cmrc_metric.evaluate(gold_texts(mrc_examples(table)), answers)
+        return {m: result[m] for m in metrics}, answers
+
+    def counts(self, metric, table, predictions):
+        not_counted(self, metric)
+        ids = table.column("id").to_pylist()  # a question with no prediction scores 0
+        gold = {i: [a["text"] for a in answers] for i, answers in zip(ids, table.column("answers").to_pylist())}
+        em = np.array([cmrc_metric.exact_match(gold[i], predictions[i]) if i in predictions else 0.0 for i in ids])
+        f1 = np.array([cmrc_metric.f1_score(gold[i], predictions[i]) if i in predictions else 0.0 for i in ids])
+        return mean_counts(100 * {"em": em, "f1": f1, "average": (em + f1) / 2}[metric])
+
+    def wrong_predictions(self, predictions, test):
+        rows = []
+        for qid, pred in predictions.items():
+            gold = [a["text"] for a in test[qid]["answers"]]
+            if pred not in gold:
+                rows.append([test[qid]["question"][:16] + "…", test[qid]["context"][:60], " / ".join(gold),
+                             pred or "(empty)"])
+        return ["question", "context", "gold", "predicted"], rows
+
+    def baseline(self, tables, labels, metrics):
+        dev = gold_texts(mrc_examples(tables["dev"]))
+        fit = classic.crf_reader({s: mrc_examples(t) for s, t in tables.items()},
+                                 lambda answers: cmrc_metric.evaluate(dev, answers)[metrics[0]])
+        return baseline_scores(self, fit, tables, metrics)
