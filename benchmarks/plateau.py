@@ -39,7 +39,7 @@ from transformers import AutoTokenizer
 from tasks.core import paths
 from tasks.core.params import load_params
 from tasks.pretraining.examples import PretrainingExamples
-from tasks.pretraining.heldout import _masked_batches, corpus_unigram, evaluate_mlm, heldout_text
+from tasks.pretraining.heldout import masked_batches, corpus_unigram, evaluate_mlm, heldout_text
 from tasks.pretraining.objectives import build
 from tasks.pretraining.pretrain import train
 from tasks.pretraining.pretraining_data import read_shards
@@ -85,7 +85,7 @@ def bigram(tokenizer, unigram: np.ndarray, ids: np.ndarray, offsets: np.ndarray,
     prior = 0.1 * np.exp(np.where(np.isfinite(unigram), unigram, -np.inf)) * 100
     skip = set(tokenizer.all_special_ids)
     correct = loss = n = 0
-    for input_ids, _, rows, cols, labels, _, _ in _masked_batches(ids, offsets, **masks, batch_size=32,
+    for input_ids, _, rows, cols, labels, _, _ in masked_batches(ids, offsets, **masks, batch_size=32,
                                                                   device=torch.device("cpu")):
         x = input_ids.numpy()
         for r, c, y in zip(rows.tolist(), cols.tolist(), labels.tolist()):
@@ -130,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
         figures[name] = {"accuracy": round(scores["accuracy"], 4), "loss": round(scores["loss"], 4),
                          "tokens": summary["tokens"], "tokens_per_sec": summary["tokens_per_sec"]}
         print(f"{name}: held-out accuracy {scores['accuracy']:.3f}, loss {scores['loss']:.3f}")
-    labels = np.concatenate([b[4].numpy() for b in _masked_batches(ids, offsets, **masks, batch_size=32,
+    labels = np.concatenate([b[4].numpy() for b in masked_batches(ids, offsets, **masks, batch_size=32,
                                                                   device=torch.device("cpu"))])
     figures["unigram"] = {"accuracy": round(float((labels == unigram.argmax()).mean()), 4),
                           "loss": round(float(-unigram[labels].mean()), 4)}

@@ -20,7 +20,7 @@ this CPU's fp32 and bf16 matmul peaks, measured here.
   parameter group), and a batch 4x larger (tokens/s only: sample efficiency is a separate
   question).
 * Other objectives' steps on the same batches (a step's cost does not depend on which positions
-  are masked): ``electra`` (:class:`tasks.pretraining.electra.ElectraPretrainingModel`: the
+  are masked): ``electra`` (:class:`tasks.pretraining.objectives.electra.ElectraPretrainingModel`: the
   generator of a quarter of the width, sampling, the discriminator on every token) and
   ``span_sbo`` (MLM plus SpanBERT's span boundary head), each with its tokens/s and its own
   model GFLOP/s beside MLM's.
@@ -51,7 +51,7 @@ from pathlib import Path
 import torch
 
 from tasks.core.params import Rtd, load_params
-from tasks.pretraining.electra import new_electra
+from tasks.pretraining.objectives.electra import new_electra
 from tasks.pretraining.modeling import PretrainingModel, bert_config, new_masked_lm
 from tasks.training.batching import BatchSchedule
 from tasks.training.optim import optimizer_for

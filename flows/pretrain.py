@@ -41,7 +41,7 @@ def pretrain(objective: str, seed: str) -> None:
     logger.info(f"{name}: {len(data)} examples, {facts}, starting from {init_folder or 'random weights'}")
     summary = train(model, data, cfg, seed=seed, device=device, checkpoint=checkpoint, fingerprint=fingerprint,
                     log=logger.info, ranks=ranks, snapshot=partial(save_snapshot, model, tokenizer, snapshots),
-                    snapshots=tuple(cfg.snapshots), equal_flops=pretraining.equal_flops)
+                    snapshots=tuple(cfg.snapshots), equal_flops=pretraining.equal_flops, logged=pretraining.logged)
     if not ranks.is_main:  # rank 0 writes the outputs
         return
     gates = pretraining.gates(summary["rows"], data, cfg, model)

@@ -21,7 +21,6 @@ from tasks.corpus.similar_words import similar_words_from_table
 from tasks.corpus.tokenize import random_token_ids
 from tasks.pretraining.objectives import build
 from tasks.pretraining.packing import pack_corpus
-from tasks.pretraining.pairing import sentence_pairs
 from tasks.pretraining.pretraining_data import write_shards
 
 
@@ -30,7 +29,7 @@ def pretraining_data(objective: str, seed: str) -> None:
     params, seed = load_params(), int(seed)
     pretraining, cfg, name = build(params, objective), params.pretraining_data, paths.seeded(objective, seed)
     tokenizer = BertTokenizerFast.from_pretrained(paths.TOKENIZER)
-    masking, sentence_task = pretraining.masking(tokenizer), pretraining.sentence_task
+    masking = pretraining.masking(tokenizer)
     lexicon = pq.read_table(paths.LEXICON) if pretraining.needs_lexicon else None
     stats = {"objective": objective, "seed": seed}
     paths.PRETRAINING.mkdir(parents=True, exist_ok=True)
@@ -39,14 +38,11 @@ def pretraining_data(objective: str, seed: str) -> None:
     with atomic_outputs(paths.PRETRAINING / name, paths.stage_metrics("pretraining_data", name)) as (out, metrics), \
             tempfile.TemporaryDirectory(prefix=f".{name}.packed-{process_tag()}-", dir=paths.PRETRAINING) as scratch:
         packed = pack_corpus(paths.TOKENS, Path(scratch) / "packed", cfg.max_seq_length, tokenizer.cls_token_id,
-                             tokenizer.sep_token_id, reserve=1 if sentence_task else 0,
+                             tokenizer.sep_token_id, reserve=pretraining.reserve,
                              cross_documents=cfg.packing == "full_sentences",
                              words=paths.SEGMENTED if lexicon is not None else None, lexicon=lexicon)
-        if sentence_task:
-            packed, pair_stats = sentence_pairs(packed, sentence_task, named_rng(seed, f"{objective}/pairs"),
-                                                tokenizer.cls_token_id, tokenizer.sep_token_id,
-                                                out=Path(scratch) / "pairs")
-            stats.update(sentence_task=sentence_task, **pair_stats)
+        packed, made_over = pretraining.rows(packed, seed, tokenizer, Path(scratch))  # NSP/SOP: segment pairs
+        stats.update(made_over)
         stats.update(write_shards(
             packed, masking, out, objective=objective, seed=seed, dynamic=pretraining.spec.dynamic,
             dupe_factor=cfg.dupe_factor, shard_size=cfg.shard_size, mask_token_id=tokenizer.mask_token_id,

@@ -17,6 +17,7 @@ from tasks.pretraining.examples import DynamicMasker, PretrainingExamples
 from tasks.pretraining.pretrain import train
 from tasks.training.distributed import Ranks, join_process_group
 from tasks.core.params import load_params
+from tasks.pretraining.objectives.sentence import SentenceTask
 from tests.test_pretrain import pair_data, tiny_data, tiny_model
 
 
@@ -98,7 +99,7 @@ def run(out: str, case: str = "static", accumulation: int = 1, checkpoint: str |
         token_budget=7000, batch_size=8, accumulation_steps=accumulation, learning_rate=1e-3,
         log_every=5, checkpoint_every=10, device="cpu", threads=1))  # one thread per rank
     summary = train.fn(model, data, cfg, seed=1, device=device, checkpoint=Path(checkpoint or f"{out}.ckpt"),
-                       fingerprint="f", log=log, ranks=ranks)
+                       fingerprint="f", log=log, ranks=ranks, logged=SentenceTask.logged)
     result = {"rows": summary["rows"], "model": model.state_dict(), "world": ranks.world}
     if ranks.is_main:
         torch.save(result, out)

@@ -9,7 +9,8 @@ import torch
 from transformers import AutoModel, ElectraForMaskedLM, ElectraForPreTraining
 
 from tasks.core.params import ModelSize, Rtd
-from tasks.pretraining.electra import GENERATOR_DIR, electra_configs, new_electra, replace_tokens
+from tasks.pretraining.objectives.electra import GENERATOR_DIR, electra_configs, new_electra, replace_tokens
+from tasks.pretraining.objectives.rtd import AUC_FLOOR, binary_entropy, roc_auc, rtd_gates
 from tasks.pretraining.modeling import PretrainingModel, bert_config, new_masked_lm
 from tasks.pretraining.saving import save_pretrained
 from tasks.pretraining.pretrain import equal_flops_steps, train
@@ -119,7 +120,7 @@ def test_mlm_flops_budget_gives_electra_the_flops_of_mlm_within_one_step(tmp_pat
 
 
 def test_the_held_out_rtd_measure_is_seeded_and_scores_every_token():
-    from tasks.pretraining.heldout import evaluate_rtd
+    from tasks.pretraining.objectives.electra import evaluate_rtd
 
     model, data = tiny_electra(), tiny_data()
     ids, offsets = np.concatenate(data.ids), data.id_offsets[0]
@@ -132,3 +133,53 @@ def test_the_held_out_rtd_measure_is_seeded_and_scores_every_token():
     assert first["tokens"] == len(ids) and 0 <= first["rtd_accuracy"] <= 1 and first["rtd_loss"] > 0
     assert 0 <= first["sample_match"] <= 1 and len(tokens["scores"]) == len(ids)
     assert tokens["losses"].mean() == pytest.approx(first["rtd_loss"])
+
+
+def test_auc_of_a_perfect_a_reversed_and_a_constant_score():
+    targets = np.array([True, True, False, False, False])
+    assert roc_auc(np.array([5.0, 4, 1, 2, 3]), targets)[0] == 1.0
+    assert roc_auc(np.array([1.0, 2, 5, 4, 3]), targets)[0] == 0.0
+    assert roc_auc(np.zeros(5), targets)[0] == 0.5  # ties count half
+    assert np.isnan(roc_auc(np.zeros(3), np.zeros(3, dtype=bool))[0])
+
+
+def test_a_constant_discriminator_fails_and_a_separating_one_passes():
+    rng = np.random.default_rng(0)
+    targets = rng.random(4000) < 0.15
+    rows = np.repeat(np.arange(100), 40)
+    share = targets.mean()
+    constant = np.full(len(targets), np.log(share / (1 - share)))
+    loss = lambda s: np.logaddexp(0, s) - targets * s  # noqa: E731  binary cross-entropy of logits
+    gates, measures = rtd_gates(loss(constant), constant, targets, rows, sample_match=0.01)
+    assert measures["base_rate_loss"] == pytest.approx(binary_entropy(share))
+    assert gates[0].value == pytest.approx(binary_entropy(share)) and not any(g.passed for g in gates)
+    separating = np.where(targets, 2.0, -2.0) + rng.normal(0, 1, len(targets))
+    gates, measures = rtd_gates(loss(separating), separating, targets, rows, sample_match=0.01)
+    assert all(g.passed for g in gates) and measures["auc"] > AUC_FLOOR and measures["recall"] > 0.5
+
+
+def test_the_kind_logs_its_parts_and_measures_its_saved_model_as_the_one_in_memory(tmp_path):
+    """The kind owns what the loop logs (its Logged parts) and its held-out measure: a saved model, loaded
+    by the measure, scores exactly as the model it was saved from (what stage curves and a sweep each read)."""
+    from transformers import BertTokenizerFast
+
+    from tasks.pretraining.heldout import heldout_point, measure_models
+    from tasks.pretraining.objectives.rtd import Rtd
+    from tests.test_init_from import VOCAB
+
+    model, data = tiny_electra(), tiny_data(n=200)
+    summary = train.fn(model, data, cfg(token_budget=3000), seed=1, device=torch.device("cpu"),
+                       checkpoint=tmp_path / "c.pt", fingerprint="f", log=lambda _: None, logged=Rtd.logged)
+    assert all(0 <= r["rtd_accuracy"] <= 1 and r["rtd_loss"] > 0 for r in summary["rows"])
+    assert summary["final_rtd_accuracy"] == summary["rows"][-1]["rtd_accuracy"]
+    assert "final_sentence_accuracy" not in summary and "sentence_loss" not in summary["rows"][0]
+    save_pretrained(model, BertTokenizerFast(vocab_file=str(VOCAB)), tmp_path / "m")
+    ids, offsets = np.concatenate(data.ids), data.id_offsets[0]
+    masks = dict(lang="x", seed=3, mask_token_id=3, masked_lm_prob=0.15, max_predictions=5, device=torch.device("cpu"))
+    unigram = np.log(np.full(60, 1 / 60))
+    saved = heldout_point(tmp_path / "m", Rtd.measure, ids, offsets, unigram, masks)
+    in_memory = measure_models(Rtd.measure, model.saved(), model.hf.base_model, ids, offsets, unigram, masks)
+    assert saved == in_memory and saved["loss"] is None and saved["predictions"] == len(ids)
+    assert [g["name"] for g in saved["gates"]] == ["loss 10% below the base rate's entropy", "ROC AUC",
+                                                   "mean cosine between token states"]
+    assert Rtd.measure.score(saved) == saved["auc"]

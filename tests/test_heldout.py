@@ -15,7 +15,8 @@ from tasks.core import paths
 from tasks.corpus.similar_words import LEXICON_SCHEMA
 from tasks.corpus.tokenize import SPECIAL_TOKENS, load_vocab_tokenizer
 from tasks.pretraining.gates import mlm_gates, unigram_log_probs
-from tasks.pretraining.heldout import _masked_batches, mac_text, measure_of
+from tasks.pretraining.heldout import mac_text, masked_batches
+from tasks.pretraining.objectives.masked import mlm_measure
 
 TEXTS = ["国家的新年", "中华民族的春节", "国家和政府的元旦", "新年的国家"]
 SIMILAR = {"国家": ["政府"], "新年": ["春节", "元旦"], "中华民族": []}  # 中华民族: in the lexicon, no candidate
@@ -42,7 +43,7 @@ def held_out(tmp_path, monkeypatch):
 def _corrupt(tokenizer, scheme="wwm"):
     ids, offsets, mac = mac_text("news", tokenizer, 32, 1000, scheme=scheme, ngram_probs=(0.5, 0.5),
                                  lexicon=Path("lexicon.parquet"), hmm=True, user_dict=None)
-    batches = list(_masked_batches(ids, offsets, "news", 0, tokenizer.mask_token_id, 0.3, 8, 16,
+    batches = list(masked_batches(ids, offsets, "news", 0, tokenizer.mask_token_id, 0.3, 8, 16,
                                    torch.device("cpu"), mac))
     return ids, offsets, mac, batches
 
@@ -70,8 +71,8 @@ def test_mac_held_out_text_replaces_whole_words_by_similar_ones(held_out):
 
 
 def test_measure_of_a_mac_model_is_mac():
-    assert measure_of("mlm", {"mac": object()}) == "mac"
-    assert measure_of("mlm", {"seed": 0}) == "mlm" and measure_of("rtd", {}) == "rtd"
+    assert mlm_measure({"mac": object()}).name == "mac"
+    assert mlm_measure({"seed": 0}).name == "mlm"
 
 
 def test_copying_the_input_is_a_trivial_solution_under_mac():

@@ -16,6 +16,7 @@ from tasks.pretraining.masking import MaskingConfig, mask_batch
 from tasks.pretraining.modeling import PretrainingModel
 from tasks.pretraining.checkpoint import checkpoint_fingerprint
 from tasks.pretraining.examples import DynamicMasker, PretrainingExamples
+from tasks.pretraining.objectives.sentence import SentenceTask
 from tasks.pretraining.pretrain import _Window, pad_width, train
 from tasks.training.batching import BatchSchedule, RaggedTake, pad_batch
 from tasks.training.optim import learning_rate, optimizer_for
@@ -170,9 +171,9 @@ def test_the_window_reads_the_device_values_at_the_log_row_as_each_step_would():
                                                  "sentence_loss": torch.rand((), generator=gen),
                                                  "sentence_correct": torch.randint(0, 8, (), generator=gen)}, w)
              for w in (0.25, 0.5, 0.25, 1.0, 0.5, 0.75, 0.125)]
-    window = _Window(0.0)
+    window = _Window(0.0, logged=SentenceTask.logged)
     for k, (loss, parts, w) in enumerate(steps):
-        window.add(loss, parts, 100, 15, 8, sentence_weight=w)
+        window.add(loss, parts, 100, 15, 8, weight=w)
         if k == 3:  # a checkpoint between two log rows reads the pending values too
             half = window.state()
             assert not window.pending and half["sums"]["loss"] == sum(x.item() for x, _, _ in steps[:4])
@@ -341,7 +342,7 @@ def test_perlm_and_sentence_heads_train(tmp_path):
     logits = model.position_head(hidden[b["rows"], b["cols"]], b["attention_mask"][b["rows"]].bool())
     assert torch.isinf(logits[b["attention_mask"][b["rows"]] == 0]).all()
     summary = train.fn(model, data, cfg(token_budget=3000), seed=1, device=torch.device("cpu"),
-                    checkpoint=tmp_path / "last.pt", fingerprint="f", log=lambda _: None)
+                    checkpoint=tmp_path / "last.pt", fingerprint="f", log=lambda _: None, logged=SentenceTask.logged)
     assert summary["final_sentence_accuracy"] is not None and summary["final_loss"] < summary["rows"][0]["loss"]
     assert set(model.extra_heads()) >= {"position_head.decoder.weight", "sentence_head.classifier.weight"}
 

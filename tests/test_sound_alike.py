@@ -16,7 +16,7 @@ from tasks.core import paths
 from tasks.core.params import load_params
 from tasks.corpus.tokenize import SPECIAL_TOKENS, load_vocab_tokenizer
 from tasks.pretraining.gates import unigram_log_probs
-from tasks.pretraining.heldout import MLM_MEASURES, evaluate_mlm, measure_models, measure_of
+from tasks.pretraining.heldout import evaluate_mlm, measure_models
 from tasks.pretraining.masking import mask_batch
 from tasks.pretraining.objectives import build, describe
 from tasks.pretraining.objectives.sound_alike import SoundAlike, sound_alikes
@@ -87,7 +87,8 @@ def test_the_held_out_text_is_corrupted_by_sound_alikes_and_its_gate_must_beat_c
     params = params.model_copy(update={"curves": params.curves.model_copy(update={"heldout_task": "news"})})
     objective = build(params, "sound_alike")
     ids, offsets, masks = objective.heldout_inputs(params, tokenizer, torch.device("cpu"))
-    assert measure_of("mlm", masks) == "sound" and "sound" in MLM_MEASURES
+    measure = objective.measure("mlm", masks)
+    assert measure.name == "sound" and measure.loss_field == "loss"
     from transformers import BertConfig, BertForMaskedLM
 
     model = BertForMaskedLM(BertConfig(vocab_size=len(tokenizer), hidden_size=16, num_hidden_layers=1,
@@ -101,7 +102,7 @@ def test_the_held_out_text_is_corrupted_by_sound_alikes_and_its_gate_must_beat_c
     assert alike.mean() > 0.8  # 在 ... have a sound-alike here; none is [MASK]
     assert not (at["inputs"] == tokenizer.mask_token_id).any()
     unigram = unigram_log_probs(np.bincount(ids, minlength=len(tokenizer)))
-    point = measure_models("sound", model, None, model.bert, ids, offsets, unigram, masks)
+    point = measure_models(measure, {"": model}, model.bert, ids, offsets, unigram, masks)
     assert point["gates"][0]["name"] == "accuracy above copying the input and the top token's"
     assert point["copy_accuracy"] < 0.2
 

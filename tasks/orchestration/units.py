@@ -381,7 +381,7 @@ def run_units(study: Path, todo: list[Unit], units: list[Unit], overrides: list[
 
 def estimate_minutes(unit: Unit, study: Path, units: list[Unit], params: Params, metrics: Path = Path("metrics")) -> float:
     """What ``unit`` will take on this machine: the mean wall time of the study's finished units of its kind and
-    procedure (``electra-43`` from ``electra-42``: an ELECTRA pretraining costs about twice an MLM one), else of
+    procedure (``mac-43`` from ``mac-42``: objectives differ in cost, one with a model of its own about 2x), else of
     its kind, else the committed default run's measured stages (``metrics``: a pretraining; a fine-tuning of MLM or
     random init, times the learning rates searched; a recipe's sweep settings at their fraction of the
     budget; a published model about 6x a tiny one; pretrainings scaled to ``pretrain.token_budget``), plus a few

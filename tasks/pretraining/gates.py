@@ -12,23 +12,22 @@ fine-tuning it measures its initialisation. Each gate compares a held-out measur
   below the context-free loss, the corpus's unigram distribution at the same positions, by
   :data:`MLM_LOSS_MARGIN` nats. Mac, measured on similar words instead of [MASK], could also copy
   what it sees: its accuracy must beat the better of copying the input and the top token;
-* RTD (ELECTRA; :func:`tasks.pretraining.heldout.evaluate_rtd`): binary cross-entropy at most
-  ``1 - RTD_LOSS_MARGIN`` of the base rate's binary entropy (the loss of a constant that knows only
-  the replaced share) and ROC AUC above :data:`AUC_FLOOR` (a constant has AUC 0.5);
+* a kind with a measure of its own brings its gates with it, built on :func:`difference_gate` and
+  :class:`Gate` (ELECTRA's: loss below the base rate's entropy, ROC AUC above a floor);
 * representations (every model): the mean cosine between the last layer's token states on
   held-out text below :data:`COLLAPSE_CEILING` (a collapsed encoder maps every token to nearly
-  one direction: ELECTRA's discriminator at the old recipe reached 0.93-0.98 from 0.45 at init);
+  one direction: a replaced-token discriminator at an old recipe reached 0.93-0.98 from 0.45 at init);
 * NSP/SOP, PerLM (from the last tenth of the pretraining log, :func:`training_log_gate`): sentence accuracy
   above 50%, PerLM's position accuracy above its trivial rate ``keep + (1 - keep) · E[1 / L]``
   (kept tokens point to themselves; a permuted one guessed among the ``L`` positions of its row).
 
 Intervals: the per-position (per-token) differences from the trivial solution are clustered by
 sequence, so their mean gets the cluster-robust (sandwich) variance over sequences
-(:func:`clustered_mean`); the AUC gets Hanley and McNeil's (1982) standard error; the mean cosine
-a jackknife over sequences. A gate passes when its whole interval is on the right side of its
-threshold. Sequences are the independent units: with fewer than ``MIN_GATE_SEQUENCES`` (20) a
-clustered or jackknife interval is not estimable (one sequence gives a standard error of 0), so it
-reads n/a (NaN) and the gate fails. Thresholds are constants here, stated in the report beside every value.
+(:func:`clustered_mean`); the mean cosine a jackknife over sequences. A gate passes when its whole
+interval is on the right side of its threshold. Sequences are the independent units: with fewer than
+``MIN_GATE_SEQUENCES`` (20) a clustered or jackknife interval is not estimable (one sequence gives a standard error of 0), so it
+reads n/a (NaN) and the gate fails. Thresholds are constants beside their gates, stated in the report beside
+every value.
 """
 
 from __future__ import annotations
@@ -39,8 +38,6 @@ import numpy as np
 from tasks.core.params.pretraining import MIN_GATE_SEQUENCES
 
 MLM_LOSS_MARGIN = 0.1  # nats per masked token below the unigram loss
-RTD_LOSS_MARGIN = 0.1  # share of the base rate's binary entropy the discriminator must remove
-AUC_FLOOR = 0.7
 COLLAPSE_CEILING = 0.9
 Z = 1.959963984540054  # scipy.stats.norm.ppf(0.975), written out: scipy.stats costs a pretraining stage 0.5 s to import
 
@@ -81,7 +78,7 @@ def clustered_mean(values: np.ndarray, clusters: np.ndarray) -> tuple[float, flo
     return m, se
 
 
-def _difference_gate(name: str, difference: np.ndarray, clusters: np.ndarray, value: float, reference: float,
+def difference_gate(name: str, difference: np.ndarray, clusters: np.ndarray, value: float, reference: float,
                      threshold: float, above: bool) -> Gate:
     """A gate on ``value`` (a mean) whose interval comes from its per-position ``difference`` to a
     ``reference`` mean at the same positions, so the reference's noise at those positions cancels."""
@@ -122,66 +119,13 @@ def mlm_gates(losses: np.ndarray, correct: np.ndarray, labels: np.ndarray, rows:
         trivial = copy if copy.mean() > top.mean() else top  # the better trivial predictor
         name = "accuracy above copying the input and the top token's"
     gates = [
-        _difference_gate(name, correct.astype(np.float64) - trivial, rows, float(correct.mean()),
+        difference_gate(name, correct.astype(np.float64) - trivial, rows, float(correct.mean()),
                          float(trivial.mean()), float(trivial.mean()), above=True),
-        _difference_gate(f"loss {MLM_LOSS_MARGIN:g} nats below the unigram loss", losses - context_free, rows,
+        difference_gate(f"loss {MLM_LOSS_MARGIN:g} nats below the unigram loss", losses - context_free, rows,
                          float(losses.mean()), references["unigram_loss"],
                          references["unigram_loss"] - MLM_LOSS_MARGIN, above=False),
     ]
     return gates, references
-
-
-def binary_entropy(p: float) -> float:
-    """Nats of a Bernoulli(``p``): the cross-entropy of the constant that knows only the base rate."""
-    p = min(max(p, 1e-12), 1 - 1e-12)
-    return float(-(p * np.log(p) + (1 - p) * np.log(1 - p)))
-
-
-def roc_auc(scores: np.ndarray, targets: np.ndarray) -> tuple[float, float]:
-    """ROC AUC of ``scores`` for the boolean ``targets`` (Mann-Whitney, ties counted half) and its
-    standard error (Hanley and McNeil 1982, eq. 2); NaN without both classes."""
-    positives, negatives = int(targets.sum()), int((~targets).sum())
-    if not positives or not negatives:
-        return float("nan"), float("nan")
-    from scipy import stats
-
-    ranks = stats.rankdata(scores)
-    auc = float((ranks[targets].sum() - positives * (positives + 1) / 2) / (positives * negatives))
-    q1, q2 = auc / (2 - auc), 2 * auc ** 2 / (1 + auc)
-    var = (auc * (1 - auc) + (positives - 1) * (q1 - auc ** 2) + (negatives - 1) * (q2 - auc ** 2)) / (
-        positives * negatives)
-    return auc, float(np.sqrt(max(var, 0.0)))
-
-
-def rtd_gates(losses: np.ndarray, scores: np.ndarray, targets: np.ndarray, rows: np.ndarray,
-              sample_match: float) -> tuple[list[Gate], dict]:
-    """ELECTRA's gates (module docstring) from every held-out token, with the reference's
-    ``metric_fn`` measures (google-research/electra, ``run_pretraining.py``).
-
-    Args:
-        losses: ``[T]`` binary cross-entropy per token (nats); scores: ``[T]`` discriminator logits;
-        targets: ``bool [T]`` replaced; rows: ``int [T]`` the sequence of each token.
-        sample_match: share of the generator's samples equal to the original token (those count
-            as original).
-    Returns:
-        ``(gates, measures)``: measures holds ``replaced_share``, ``base_rate_loss``,
-        ``sample_match``, ``auc``, ``precision``, ``recall``.
-    """
-    share = float(targets.mean())
-    base = binary_entropy(share)
-    # the base-rate constant's per-token loss: the difference's interval leaves out its own noise
-    constant = np.where(targets, -np.log(max(share, 1e-12)), -np.log(max(1 - share, 1e-12)))
-    auc, auc_se = roc_auc(scores, targets)
-    predicted = scores > 0
-    measures = {"replaced_share": share, "base_rate_loss": base, "sample_match": sample_match, "auc": auc,
-                "precision": float((predicted & targets).sum() / max(predicted.sum(), 1)),
-                "recall": float((predicted & targets).sum() / max(targets.sum(), 1))}
-    gates = [
-        _difference_gate(f"loss {100 * RTD_LOSS_MARGIN:g}% below the base rate's entropy", losses - constant, rows,
-                         float(losses.mean()), base, (1 - RTD_LOSS_MARGIN) * base, above=False),
-        Gate("ROC AUC", auc, auc - Z * auc_se, auc + Z * auc_se, AUC_FLOOR, above=True),
-    ]
-    return gates, measures
 
 
 def collapse_gate(sums: np.ndarray, counts: np.ndarray) -> Gate:

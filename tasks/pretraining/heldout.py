@@ -1,12 +1,12 @@
-"""The held-out measures: how well a masked LM predicts masked tokens of text it never saw, and
-(ELECTRA) how well a discriminator tells its generator's samples there from the original tokens.
+"""The held-out measures: how well a masked LM predicts masked tokens of text it never saw (this
+module), and what every measure shares: the held-out text, the seeded masks, the collapse gate
+(:func:`measure_models`). Each measure is a :class:`tasks.pretraining.objectives.base.Measure` of its kind's
+module (the MLM family's: :class:`tasks.pretraining.objectives.masked.MlmMeasure`).
 
 15% of the tokens of every held-out sequence (at most ``max_predictions`` per sequence) are
 masked, all as [MASK], with a generator seeded by the run's seed and a name alone, so every
 model sees exactly the same masked positions. The MLM measure is the accuracy and the mean
-cross-entropy (and perplexity, its exponential) over those positions; the RTD measure fills them
-with the generator's samples (drawn with a seeded generator too) and takes the discriminator's
-binary cross-entropy and accuracy over every token (Clark et al. 2020, §2).
+cross-entropy (and perplexity, its exponential) over those positions.
 
 Mac never sees [MASK] (MacBERT, Cui et al. 2020, §3.2: "MLM as correction"), so [MASK] positions
 would measure a task it was not trained on. Its measure (``mac``) corrupts the held-out text as its
@@ -36,8 +36,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 import torch.nn.functional as F
-from transformers import (AutoModel, BertForMaskedLM, ElectraForMaskedLM, ElectraForPreTraining, PreTrainedModel,
-                          PreTrainedTokenizerBase)
+from transformers import AutoModel, PreTrainedModel, PreTrainedTokenizerBase
 
 from tasks.core import paths
 from tasks.core.errors import SourceError
@@ -45,13 +44,11 @@ from tasks.core.rng import named_rng
 from tasks.corpus.segment import segment_shard
 from tasks.corpus.similar_words import SimilarWords, lexicon_ids, similar_words_from_table
 from tasks.corpus.tokenize import random_token_ids, tokenize_words
-from tasks.pretraining.gates import collapse_gate, mlm_gates, rtd_gates, unigram_log_probs
+from tasks.pretraining.gates import collapse_gate, unigram_log_probs
 from tasks.pretraining.masking import MaskingConfig, Substitution, mask_batch
-from tasks.pretraining.electra import GENERATOR_DIR, replace_tokens
 from tasks.pretraining.packing import pack_documents
 from tasks.training.batching import pad_batch
 
-MLM_MEASURES = ("mlm", "mac", "sound")  # a masked LM's, under [MASK] or its objective's corruption
 
 
 def pack_by_language(tokenizer: PreTrainedTokenizerBase, langs: list[str], texts: list[str],
@@ -115,7 +112,7 @@ class MacCorruption:
     ngram_probs: tuple[float, ...]
 
 
-def _masked_batches(ids: np.ndarray, offsets: np.ndarray, lang: str, seed: int, mask_token_id: int,
+def masked_batches(ids: np.ndarray, offsets: np.ndarray, lang: str, seed: int, mask_token_id: int,
                     masked_lm_prob: float, max_predictions: int, batch_size: int, device: torch.device,
                     mac: MacCorruption | None = None, substitution: tuple[Substitution, np.ndarray] | None = None):
     """The held-out sequences in batches, corrupted the same way for every model: ``(input_ids,
@@ -174,7 +171,7 @@ def evaluate_mlm(model: PreTrainedModel, ids: np.ndarray, offsets: np.ndarray, *
     """
     model.to(device).eval()
     parts = {"losses": [], "correct": [], "labels": [], "inputs": [], "rows": []}
-    for input_ids, valid, rows, cols, labels, inputs, start in _masked_batches(
+    for input_ids, valid, rows, cols, labels, inputs, start in masked_batches(
             ids, offsets, lang, seed, mask_token_id, masked_lm_prob, max_predictions, batch_size, device, mac,
             substitution):
         hidden = model.bert(input_ids=input_ids, attention_mask=valid).last_hidden_state
@@ -194,54 +191,11 @@ def evaluate_mlm(model: PreTrainedModel, ids: np.ndarray, offsets: np.ndarray, *
 
 
 @torch.no_grad()
-def evaluate_rtd(discriminator: PreTrainedModel, generator: PreTrainedModel, ids: np.ndarray, offsets: np.ndarray,
-                 *, lang: str, seed: int, mask_token_id: int, masked_lm_prob: float, max_predictions: int,
-                 device: torch.device, batch_size: int = 32) -> dict:
-    """ELECTRA's held-out measure (module docstring): the masks of :func:`evaluate_mlm`, filled with
-    ``generator``'s samples (an ``ElectraForMaskedLM``; drawn from a generator seeded by ``seed``),
-    scored by ``discriminator`` (an ``ElectraForPreTraining``) on every token.
-
-    Returns:
-        ``{"tokens", "rtd_loss", "rtd_accuracy", "sample_match"}`` (binary cross-entropy in nats per
-        token; the share of samples equal to the original token; None without a masked token) and
-        ``"tokens_measured"``: ``{"losses", "scores", "targets", "rows"}``, ``[T]`` arrays of every
-        token (discriminator logits, replaced or not, the sequence of each), for
-        :func:`tasks.pretraining.gates.rtd_gates`.
-    """
-    discriminator.to(device).eval()
-    generator.to(device).eval()
-    draws = torch.Generator(device=device).manual_seed(seed)
-    parts = {"losses": [], "scores": [], "targets": [], "rows": []}
-    matched, sampled_count = 0, 0
-    for input_ids, valid, rows, cols, labels, _, start in _masked_batches(
-            ids, offsets, lang, seed, mask_token_id, masked_lm_prob, max_predictions, batch_size, device):
-        hidden = generator.electra(input_ids=input_ids, attention_mask=valid).last_hidden_state
-        logits = generator.generator_lm_head(generator.generator_predictions(hidden[rows, cols])).float()
-        sampled = torch.multinomial(F.softmax(logits, dim=-1), 1, generator=draws).squeeze(1)
-        matched, sampled_count = matched + int((sampled == labels).sum()), sampled_count + len(labels)
-        corrupted, replaced = replace_tokens(input_ids, rows, cols, sampled, labels)
-        mask = valid.bool()
-        scores = discriminator(input_ids=corrupted, attention_mask=valid).logits[mask].float()
-        target = replaced[mask]
-        parts["losses"].append(F.binary_cross_entropy_with_logits(scores, target.float(), reduction="none")
-                               .double().cpu())
-        parts["scores"].append(scores.cpu())
-        parts["targets"].append(target.cpu())
-        parts["rows"].append(mask.nonzero()[:, 0].cpu() + start)
-    if not parts["losses"]:
-        return {"tokens": 0, "rtd_loss": None, "rtd_accuracy": None, "sample_match": None}
-    arrays = {k: torch.cat(v).numpy() for k, v in parts.items()}
-    return {"tokens": len(arrays["losses"]), "rtd_loss": float(arrays["losses"].sum()) / len(arrays["losses"]),
-            "rtd_accuracy": float(((arrays["scores"] > 0) == arrays["targets"]).mean()),
-            "sample_match": matched / sampled_count, "tokens_measured": arrays}
-
-
-@torch.no_grad()
 def token_state_sums(encoder: PreTrainedModel, ids: np.ndarray, offsets: np.ndarray, device: torch.device,
                      batch_size: int = 32) -> tuple[np.ndarray, np.ndarray]:
     """Per held-out sequence, the sum of its last-layer token states normalised to unit length and
     its token count (``[S, H]``, ``int [S]``): what :func:`tasks.pretraining.gates.collapse_gate`
-    needs for the mean cosine between token states. ``encoder``: an ``AutoModel`` (BERT, ELECTRA)."""
+    needs for the mean cosine between token states. ``encoder``: an ``AutoModel`` of any kind's encoder."""
     encoder.to(device).eval()
     sums, counts = [], []
     for start in range(0, len(offsets) - 1, batch_size):
@@ -329,22 +283,11 @@ def corpus_unigram(tokens: Path, vocab_size: int) -> np.ndarray:
     return unigram_log_probs(counts)
 
 
-def measure_of(heads: str | None, masks: dict) -> str | None:
-    """The held-out measure of a model: its ``pretraining.json``'s (``mlm``, ``rtd`` or None), ``mac``
-    or ``sound`` for an MLM head measured with its objective's corruption (``masks``: ``heldout_inputs`` of
-    :class:`tasks.pretraining.objectives.PretrainingObjective`, with ``mac`` or ``substitution``)."""
-    if heads == "mlm" and masks.get("mac") is not None:
-        return "mac"
-    if heads == "mlm" and masks.get("substitution") is not None:
-        return masks["substitution"][0].name
-    return heads
-
-
-def heldout_point(folder: Path, measure: str | None, ids: np.ndarray, offsets: np.ndarray, unigram: np.ndarray,
+def heldout_point(folder: Path, measure,  ids: np.ndarray, offsets: np.ndarray, unigram: np.ndarray,
                   masks: dict) -> dict:
-    """The held-out measure of the model saved in ``folder`` (``measure``: ``mlm``, ``mac``, ``rtd`` or
-    None: :func:`measure_of`) and its gates (:mod:`tasks.pretraining.gates`): the objective's, and the
-    collapse gate on its encoder's token states.
+    """The held-out measure of the model saved in ``folder`` (``measure``: a
+    :class:`tasks.pretraining.objectives.base.Measure`; None: it has none, only the collapse gate) and its
+    gates: the measure's, and the collapse gate on its encoder's token states.
 
     Args:
         masks: the keyword arguments of :func:`evaluate_mlm` (``heldout_inputs`` of
@@ -353,32 +296,16 @@ def heldout_point(folder: Path, measure: str | None, ids: np.ndarray, offsets: n
         A :class:`tasks.core.metrics.pretraining.CurvePoint`'s fields but ``fraction``, and
         ``predictions``: the positions measured (None without a measure).
     """
-    head = None if measure is None else (ElectraForPreTraining if measure == "rtd" else BertForMaskedLM
-                                         ).from_pretrained(folder)
-    generator = ElectraForMaskedLM.from_pretrained(folder / GENERATOR_DIR) if measure == "rtd" else None
-    return measure_models(measure, head, generator, AutoModel.from_pretrained(folder), ids, offsets, unigram, masks)
+    models = measure.load(folder) if measure else {}
+    return measure_models(measure, models, AutoModel.from_pretrained(folder), ids, offsets, unigram, masks)
 
 
-def measure_models(measure: str | None, head: PreTrainedModel | None, generator: PreTrainedModel | None,
-                   encoder: PreTrainedModel, ids: np.ndarray, offsets: np.ndarray, unigram: np.ndarray,
-                   masks: dict) -> dict:
+def measure_models(measure, models: dict[str, PreTrainedModel], encoder: PreTrainedModel,
+                   ids: np.ndarray, offsets: np.ndarray, unigram: np.ndarray, masks: dict) -> dict:
     """:func:`heldout_point` of models in memory (a sweep's setting measures the model it just trained):
-    ``head`` the masked LM (``mlm``, ``mac``) or the discriminator (``rtd``; ``generator`` its generator),
-    ``encoder`` the encoder whose token states the collapse gate reads. Returns what :func:`heldout_point` does."""
-    point, gates = {}, []
-    if measure in MLM_MEASURES:
-        scores = evaluate_mlm(head, ids, offsets, positions=True, **masks)
-        at = scores["positions"]
-        gates, references = mlm_gates(at["losses"], at["correct"], at["labels"], at["rows"], unigram,
-                                      inputs=at["inputs"] if measure != "mlm" else None)
-        point = {"loss": scores["loss"], "accuracy": scores["accuracy"], "predictions": scores["predictions"],
-                 **references}
-    elif measure == "rtd":
-        scores = evaluate_rtd(head, generator, ids, offsets, **masks)
-        at = scores["tokens_measured"]
-        gates, measures = rtd_gates(at["losses"], at["scores"], at["targets"], at["rows"], scores["sample_match"])
-        point = {"rtd_loss": scores["rtd_loss"], "rtd_accuracy": scores["rtd_accuracy"], "predictions": scores["tokens"],
-                 **measures}
-    gates.append(collapse_gate(*token_state_sums(encoder, ids, offsets, masks["device"])))
+    ``models`` those ``measure`` reads (as its ``load`` returns them), ``encoder`` the encoder whose token states the
+    collapse gate reads. Returns what :func:`heldout_point` does."""
+    point, gates = measure.evaluate(models, ids, offsets, masks, unigram) if measure else ({}, [])
+    gates = [*gates, collapse_gate(*token_state_sums(encoder, ids, offsets, masks["device"]))]
     return {"loss": None, "accuracy": None, "predictions": None, **point, "sequences": len(offsets) - 1,
             "gates": [g.record() for g in gates]}

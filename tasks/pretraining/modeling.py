@@ -5,7 +5,9 @@ The encoder and its MLM head are a plain Hugging Face ``BertForMaskedLM``, so
 every saved model loads with ``AutoModelForMaskedLM`` / ``AutoModel`` and any
 fine-tuning head. The other pretraining heads (PerLM positions, SpanBERT's SBO, NSP/SOP) live
 beside it in :class:`PretrainingModel` and are saved to their own file
-(:func:`tasks.pretraining.saving.save_pretrained`). ELECTRA: :mod:`tasks.pretraining.electra`.
+(:func:`tasks.pretraining.saving.save_pretrained`). A kind may bring a model of its own
+(:meth:`tasks.pretraining.objectives.base.Kind.model`); what the loop and the saving ask of every
+pretraining model is :class:`PretrainingModule`.
 
 The encoder starts random (``model.preset``'s size) or from a checkpoint
 (``pretrain.init_from``: :mod:`tasks.pretraining.init_from`), and :func:`prepare_model` applies the
@@ -15,6 +17,7 @@ GPU options (TF32, activation checkpointing, compile).
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 import torch
@@ -23,7 +26,6 @@ from torch import nn
 from transformers import BertConfig, BertForMaskedLM
 
 from tasks.core.params import ModelSize, Pretrain
-from tasks.pretraining.electra import ElectraPretrainingModel
 from tasks.pretraining.flops import encoder_flops
 from tasks.pretraining.init_from import init_masked_lm
 from tasks.pretraining.initialization import init_positions
@@ -132,6 +134,37 @@ def span_boundaries(rows: torch.Tensor, cols: torch.Tensor, width: int) -> tuple
     run = new.cumsum(0) - 1
     start, end = cols[new][run], cols[last][run]
     return (start - 1).clamp(min=0), (end + 1).clamp(max=width - 1), cols - start
+
+
+class PretrainingModule(Protocol):
+    """What the training loop (:mod:`tasks.pretraining.pretrain`), the sweep and the saving
+    (:mod:`tasks.pretraining.saving`) ask of a pretraining model (an ``nn.Module``): :class:`PretrainingModel`,
+    or a kind's own (ELECTRA's generator and discriminator)."""
+
+    hf: nn.Module
+    """The Hugging Face model whose encoder is pretrained (``hf.base_model``, ``hf.config``)."""
+    heldout: str | None
+    """Which held-out measure its saved model has (``pretraining.json``; None: none)."""
+    unused_parameters: bool
+    """A step leaves parameters without gradient (DDP must be told)."""
+    full_targets: bool
+    """Every token is predicted, not only the chosen ones (PerLM's full targets)."""
+
+    def saved(self) -> dict[str, nn.Module]:
+        """The Hugging Face models to save, by sub-folder (``""``: the model folder itself)."""
+
+    def predictions(self, batch: dict[str, torch.Tensor]) -> int:
+        """Token predictions of a batch (what ``token_weight`` and the log's token accuracy count)."""
+
+    def forward(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """``(loss, parts)``: the step's loss and its detached parts (``token_loss``, ``token_correct``
+        and those its kinds log: :class:`tasks.pretraining.objectives.base.Logged`)."""
+
+    def extra_heads(self) -> dict[str, torch.Tensor]:
+        """State of the heads not part of the Hugging Face models (saved beside them)."""
+
+    def flops(self, lengths: np.ndarray, predicted: int) -> float:
+        """Model FLOPs of one training step (:meth:`PretrainingModel.flops`)."""
 
 
 class PretrainingModel(nn.Module):
@@ -285,8 +318,7 @@ def pretraining_model(params, tokenizer, seed: int, init_folder: Path | None = N
     return PretrainingModel(mlm, **heads)
 
 
-def prepare_model(model: PretrainingModel | ElectraPretrainingModel, cfg: Pretrain, device: torch.device
-                  ) -> PretrainingModel | ElectraPretrainingModel:
+def prepare_model(model: PretrainingModule, cfg: Pretrain, device: torch.device) -> PretrainingModule:
     """Apply ``cfg``'s GPU options to ``model`` before :func:`tasks.pretraining.pretrain.train`.
 
     * ``tf32`` (CUDA only): :func:`tasks.training.device.set_tf32`;

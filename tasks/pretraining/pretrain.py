@@ -31,16 +31,16 @@ from tasks.core.params import Pretrain
 from tasks.core.stage import stage_task
 from tasks.pretraining.checkpoint import exclusive, load_checkpoint, save_checkpoint
 from tasks.pretraining.examples import PretrainingExamples, micro_batches
-from tasks.pretraining.electra import ElectraPretrainingModel
 from tasks.pretraining.flops import mlm_flops
-from tasks.pretraining.modeling import PretrainingModel
+from tasks.pretraining.modeling import PretrainingModule
+from tasks.pretraining.objectives.base import Logged
 from tasks.training.batching import BatchSchedule
 from tasks.training.distributed import Ranks
 from tasks.training.loop import Step, check_finite, run, time_left
 from tasks.training.optim import optimizer_for
 
-LOG_FIELDS = ["step", "tokens", "loss", "token_accuracy", "sentence_loss", "sentence_accuracy", "rtd_loss",
-              "rtd_accuracy", "learning_rate", "tokens_per_sec", "elapsed_sec", "flops"]
+LOG_HEAD = ["step", "tokens", "loss", "token_accuracy"]  # every run's log columns, the kinds' between them
+LOG_TAIL = ["learning_rate", "tokens_per_sec", "elapsed_sec", "flops"]
 Snapshot = Callable[[float, dict], None]
 """``snapshot(fraction, at)``: keep the model as it is at ``fraction`` of the budget; ``at`` holds
 ``step``, ``tokens``, ``seconds`` and ``flops`` so far (called on rank 0)."""
@@ -95,17 +95,18 @@ def peak_memory_mb(device: torch.device) -> float:
 
 
 @stage_task
-def train(model: PretrainingModel | ElectraPretrainingModel, data: PretrainingExamples, cfg: Pretrain, *, seed: int,
+def train(model: PretrainingModule, data: PretrainingExamples, cfg: Pretrain, *, seed: int,
           device: torch.device, checkpoint: Path, fingerprint: str, log: Callable[[str], None] = print,
           ranks: Ranks = Ranks(), snapshots: tuple[float, ...] = (), snapshot: Snapshot | None = None,
-          equal_flops: bool = False) -> dict:
+          equal_flops: bool = False, logged: tuple[Logged, ...] = ()) -> dict:
     """Pretrain ``model`` on ``data`` for ``cfg.token_budget`` tokens (or, with ``equal_flops``, for
     the model FLOPs an MLM spends on them: :func:`equal_flops_steps`); resume from ``checkpoint``.
 
     Each optimizer step consumes one global batch of ``cfg.batch_size`` examples, split over
     ``ranks.world`` DDP processes and ``cfg.accumulation_steps`` micro-batches
     (:func:`micro_batches`). Each micro-batch's mean losses are weighted by its share of the
-    global batch's predicted tokens (MLM), tokens (RTD) and sequences (NSP/SOP), so the summed gradient is
+    global batch's predicted tokens (``token_weight``), tokens (``position_weight``) and sequences
+    (``sentence_weight``), as each of the model's losses is a mean over them, so the summed gradient is
     the global batch's mean-loss gradient: the loss curve does not depend on the number of
     processes or accumulation steps, up to float rounding (tests/test_distributed.py). With one
     process and one micro-batch the step is the plain one, unweighted. On CPU it runs with
@@ -121,16 +122,18 @@ def train(model: PretrainingModel | ElectraPretrainingModel, data: PretrainingEx
         ranks: this process among the DDP processes (:func:`tasks.training.distributed.process_group`).
         snapshots: fractions of the budget at whose step (rounded, at least 1) ``snapshot`` is
             called; a resumed run calls it only for the steps still ahead.
+        logged: the loss parts of the objective's heads the log keeps beside the loss and the token
+            accuracy (:attr:`tasks.pretraining.objectives.PretrainingObjective.logged`).
     Returns:
-        Summary: steps, tokens, final loss, wall time, throughput, peak memory, threads, model FLOPs
-        (``model.flops``: None for a model without it), and the log rows (``LOG_FIELDS``), the same on
-        every rank.
+        Summary: steps, tokens, final loss and accuracies (``final_<column>`` of each logged accuracy),
+        wall time, throughput, peak memory, threads, model FLOPs (``model.flops``: None for a model
+        without it), and the log rows (:func:`log_fields`), the same on every rank.
     Raises:
         ParamsError: the global batch does not split over processes and accumulation steps.
     """
     with exclusive(checkpoint) if ranks.is_main else nullcontext(), intra_op_threads(cfg.threads, device, log):
         return PretrainingRun(model, data, cfg, seed, device, checkpoint, fingerprint, log, ranks, snapshots, snapshot,
-                              equal_flops).train()
+                              equal_flops, logged).train()
 
 
 @contextmanager
@@ -162,10 +165,12 @@ class PretrainingRun:
     :meth:`loss`) and its ``after_step`` (:meth:`after_step`: snapshots, log rows, checkpoints);
     :meth:`train` runs it (arguments: :func:`train`'s)."""
 
-    def __init__(self, model: PretrainingModel | ElectraPretrainingModel, data: PretrainingExamples, cfg: Pretrain,
-                 seed: int, device: torch.device, checkpoint: Path, fingerprint: str, log: Callable[[str], None],
-                 ranks: Ranks, snapshots: tuple[float, ...], snapshot: Snapshot | None, equal_flops: bool):
+    def __init__(self, model: PretrainingModule, data: PretrainingExamples, cfg: Pretrain, seed: int,
+                 device: torch.device, checkpoint: Path, fingerprint: str, log: Callable[[str], None], ranks: Ranks,
+                 snapshots: tuple[float, ...], snapshot: Snapshot | None, equal_flops: bool,
+                 logged: tuple[Logged, ...]):
         self.model, self.data, self.cfg, self.device, self.ranks = model, data, cfg, device, ranks
+        self.logged = logged
         self.checkpoint, self.fingerprint, self.snapshot = checkpoint, fingerprint, snapshot
         self.log = log if ranks.is_main else (lambda _: None)
         self.schedule = BatchSchedule(data.lengths, cfg.batch_size, seed)
@@ -182,7 +187,7 @@ class PretrainingRun:
         self.longest = int(data.lengths.max())
         self.chosen = 0.0  # the step's chosen positions, over all ranks (FLOPs count the rest)
         self.t0 = time.perf_counter()
-        self.window = _Window(self.t0, ranks)
+        self.window = _Window(self.t0, ranks, logged)
         if ranks.rank < len(windows):  # the steps since the last log row before the run was stopped
             self.window.load(windows[ranks.rank])
 
@@ -235,7 +240,7 @@ class PretrainingRun:
         weight = 1.0 / ranks.world if self.accumulate else 1.0  # a micro-batch's part of the step's loss
         for batch, loss, parts in zip(done.batches, done.losses, done.parts):
             self.window.add(loss * weight, parts, int(batch["attention_mask"].sum()), self.model.predictions(batch),
-                            len(batch["input_ids"]), sentence_weight=weight)
+                            len(batch["input_ids"]), weight=weight)
         self.window.steps += 1
         step, index = done.done, self.schedule(done.done - 1)
         self.tokens += int(self.data.lengths[index].sum())
@@ -276,8 +281,7 @@ class PretrainingRun:
         wall, last = self.elapsed(), self.rows[-1] if self.rows else {}
         return {"steps": self.total, "tokens": self.tokens, "final_loss": last.get("loss"),
                 "final_token_accuracy": last.get("token_accuracy"),
-                "final_sentence_accuracy": last.get("sentence_accuracy"),
-                **({"final_rtd_accuracy": last.get("rtd_accuracy")} if last.get("rtd_accuracy") is not None else {}),
+                **{f"final_{part.column}": last.get(part.column) for part in self.logged if part.per != "step"},
                 "wall_sec": round(wall, 2),
                 **({"flops": self.flops} if self.count_flops else {}),
                 "tokens_per_sec": round(self.tokens / wall, 1) if wall else None,
@@ -308,72 +312,77 @@ def _set_rng_states(state: dict, ranks: Ranks, device: torch.device) -> None:
 
 
 class _Window:
-    """Sums of the steps since the last log row (this rank's; summed over ranks when flushed)."""
+    """Sums of the steps since the last log row (this rank's; summed over ranks when flushed): the loss,
+    the token accuracy's right answers and the ``logged`` parts of the objective's heads."""
 
-    KEYS = ("loss", "token_correct", "sentence_loss", "sentence_correct", "rtd_loss", "rtd_correct")
-
-    def __init__(self, start: float, ranks: Ranks = Ranks()):
-        self.start, self.ranks = start, ranks
+    def __init__(self, start: float, ranks: Ranks = Ranks(), logged: tuple[Logged, ...] = ()):
+        self.start, self.ranks, self.logged = start, ranks, logged
         self.steps = self.tokens = self.predicted = self.sequences = 0
-        self.has_sentence = self.has_rtd = False
-        self.sums = dict.fromkeys(self.KEYS, 0.0)
+        self.keys = ("loss", "token_correct", *(part.part for part in logged))
+        self.present: set[str] = set()  # the logged parts the model returned (a sentence head is optional)
+        self.sums = dict.fromkeys(self.keys, 0.0)
         self.pending: list[tuple[torch.Tensor, dict[str, torch.Tensor], float]] = []
 
     def state(self) -> dict:
         """The sums and counts (plain values), for a checkpoint taken between two log rows."""
         self._settle()
         return {"steps": self.steps, "tokens": self.tokens, "predicted": self.predicted, "sequences": self.sequences,
-                "has_sentence": self.has_sentence, "has_rtd": self.has_rtd, "sums": dict(self.sums)}
+                "present": sorted(self.present), "sums": dict(self.sums)}
 
     def load(self, state: dict) -> None:
         """Continue the window a checkpoint saved (:meth:`state`)."""
         self.steps, self.tokens, self.predicted, self.sequences = (state[k] for k in
                                                                     ("steps", "tokens", "predicted", "sequences"))
-        self.has_sentence, self.has_rtd = state["has_sentence"], state.get("has_rtd", False)
-        self.sums = {**dict.fromkeys(self.KEYS, 0.0), **state["sums"]}
+        self.present = set(state.get("present", ()))
+        self.sums = {**dict.fromkeys(self.keys, 0.0), **state["sums"]}
         self.pending = []
 
-    def add(self, loss, parts, tokens: int, predicted: int, sequences: int, sentence_weight: float = 1.0) -> None:
+    def add(self, loss, parts, tokens: int, predicted: int, sequences: int, weight: float = 1.0) -> None:
         """One micro-batch: its weighted loss, its parts and counts (``steps`` is counted by the caller).
         The loss and parts stay on the device until a log row or a checkpoint needs them: reading
         them each step would make the host wait for the GPU instead of preparing the next step."""
         self.tokens, self.predicted, self.sequences = self.tokens + tokens, self.predicted + predicted, \
             self.sequences + sequences
-        self.has_sentence, self.has_rtd = "sentence_loss" in parts, "rtd_loss" in parts
-        self.pending.append((loss, {k: parts[k] for k in self.KEYS[1:] if k in parts}, sentence_weight))
+        self.present = {k for k in self.keys[2:] if k in parts}
+        self.pending.append((loss, {k: parts[k] for k in self.keys[1:] if k in parts}, weight))
 
     def _settle(self) -> None:
         """Add the pending micro-batches to the sums, in their order (one transfer from the device)."""
         if not self.pending:
             return
+        per_step = {part.part for part in self.logged if part.per == "step"}
         values = iter(torch.stack([t.double() for loss, parts, _ in self.pending
                                    for t in (loss, *parts.values())]).tolist())
         for _, parts, weight in self.pending:
             self.sums["loss"] += next(values)
-            for k in parts:  # the sentence loss is weighted as a micro-batch of the step; RTD's is each one's mean
-                self.sums[k] += next(values) * (weight if k in ("sentence_loss", "rtd_loss") else 1)
+            for k in parts:  # a loss part is weighted as a micro-batch of the step (its share of the step's loss)
+                self.sums[k] += next(values) * (weight if k in per_step else 1)
         self.pending = []
 
     def flush(self, elapsed: float) -> dict:
         self._settle()
         now = time.perf_counter()
-        has_sentence, has_rtd, keys = self.has_sentence, self.has_rtd, self.KEYS
-        totals = self.ranks.all_sum([self.sums[k] for k in keys] + [self.tokens, self.predicted, self.sequences])
-        sums, (tokens, predicted, sequences) = dict(zip(keys, totals[:len(keys)])), totals[len(keys):]
+        totals = self.ranks.all_sum([self.sums[k] for k in self.keys] + [self.tokens, self.predicted, self.sequences])
+        sums, (tokens, predicted, sequences) = dict(zip(self.keys, totals[:len(self.keys)])), totals[len(self.keys):]
+        per = {"step": self.steps, "sequence": sequences, "token": max(tokens, 1), "prediction": max(predicted, 1)}
         row = {"loss": round(sums["loss"] / self.steps, 5),
                "token_accuracy": round(sums["token_correct"] / max(predicted, 1), 5),
-               "sentence_loss": round(sums["sentence_loss"] / self.steps, 5) if has_sentence else None,
-               "sentence_accuracy": round(sums["sentence_correct"] / sequences, 5) if has_sentence else None,
-               "rtd_loss": round(sums["rtd_loss"] / self.steps, 5) if has_rtd else None,
-               "rtd_accuracy": round(sums["rtd_correct"] / max(tokens, 1), 5) if has_rtd else None,
+               **{part.column: round(sums[part.part] / per[part.per], 5) if part.part in self.present else None
+                  for part in self.logged},
                "tokens_per_sec": round(tokens / (now - self.start), 1), "elapsed_sec": round(elapsed, 2)}
-        self.__init__(now, self.ranks)
+        self.__init__(now, self.ranks, self.logged)
         return row
 
 
+def log_fields(rows: list[dict]) -> list[str]:
+    """The log's columns: every run's, with the logged parts of its objective's heads between them."""
+    logged = [k for k in (rows[0] if rows else {}) if k not in LOG_HEAD and k not in LOG_TAIL]
+    return LOG_HEAD + logged + LOG_TAIL
+
+
 def write_log(path: Path, rows: list[dict]) -> None:
-    """The per-step log as CSV (``LOG_FIELDS``), for DVC plots and the report."""
+    """The per-step log as CSV (:func:`log_fields`), for DVC plots and the report."""
     with open(path, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=LOG_FIELDS)
+        writer = csv.DictWriter(f, fieldnames=log_fields(rows))
         writer.writeheader()
         writer.writerows(rows)

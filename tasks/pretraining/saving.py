@@ -12,15 +12,14 @@ from safetensors.torch import save_file
 from tasks.core.io import atomic_outputs, read_json, write_json
 
 if TYPE_CHECKING:
-    from tasks.pretraining.electra import ElectraPretrainingModel
-    from tasks.pretraining.modeling import PretrainingModel
+    from tasks.pretraining.modeling import PretrainingModule
 
 SNAPSHOT_FILE = "snapshot.json"  # beside a snapshot's weights: when it was taken (save_snapshot)
 HEADS_FILE = "pretraining_heads.safetensors"  # PerLM / SBO / NSP / SOP heads, not part of the Hugging Face model
-HEADS_INFO = "pretraining.json"  # beside the weights: {"heldout": "mlm" | "rtd" | null}, the held-out measure it has
+HEADS_INFO = "pretraining.json"  # beside the weights: {"heldout": "mlm", a kind's measure, or null}: the measure it has
 
 
-def save_snapshot(model: PretrainingModel | ElectraPretrainingModel, tokenizer, folder: Path, fraction: float,
+def save_snapshot(model: PretrainingModule, tokenizer, folder: Path, fraction: float,
                   at: dict) -> None:
     """Keep ``model`` as it is at ``fraction`` of its budget (:func:`save_pretrained`), atomically,
     in ``folder/<fraction>`` (a model folder like the final one) with ``snapshot.json`` (``fraction``,
@@ -34,9 +33,9 @@ def save_snapshot(model: PretrainingModel | ElectraPretrainingModel, tokenizer, 
         write_json(out / SNAPSHOT_FILE, {"fraction": fraction, **at})
 
 
-def save_pretrained(model: PretrainingModel | ElectraPretrainingModel, tokenizer, folder: Path) -> None:
-    """The Hugging Face model(s) with ``tokenizer`` in ``folder`` (ELECTRA: the discriminator, and its
-    generator in :data:`tasks.pretraining.electra.GENERATOR_DIR`), the model's other heads (if any)
+def save_pretrained(model: PretrainingModule, tokenizer, folder: Path) -> None:
+    """The Hugging Face model(s) with ``tokenizer`` in ``folder`` (``model.saved()``, by sub-folder: ELECTRA's
+    discriminator, and its generator in a sub-folder), the model's other heads (if any)
     beside them in :data:`HEADS_FILE`, and which held-out measure it has (:mod:`tasks.pretraining.heldout`)
     in :data:`HEADS_INFO`."""
     for sub, hf in model.saved().items():
@@ -47,7 +46,7 @@ def save_pretrained(model: PretrainingModel | ElectraPretrainingModel, tokenizer
         save_file({k: v.contiguous() for k, v in heads.items()}, folder / HEADS_FILE)
 
 
-def save_run(model: PretrainingModel | ElectraPretrainingModel, tokenizer, out: Path, snapshots: Path,
+def save_run(model: PretrainingModule, tokenizer, out: Path, snapshots: Path,
              fractions: list[float]) -> list[dict]:
     """The finished run in ``out`` (a model folder, :func:`save_pretrained`) with its snapshots (kept in
     ``snapshots`` by :func:`save_snapshot`) copied into ``out/snapshots`` without their timing. Returns

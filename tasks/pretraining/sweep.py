@@ -6,9 +6,9 @@ small-model recipe is not BERT's (Clark et al. 2020, appendix A), and a tiny enc
 stable learning rate is found, not assumed (Izsak et al. 2021, §4: a hyperparameter search under the
 budget). Stage ``sweep@<objective>`` trains the objective once per ``sweep.settings`` entry for
 ``sweep.fraction`` of its budget (first pretraining seed, same data, same schedule shape, the
-budget shortened), measures each on the held-out task's *dev* text and keeps the best: the lowest
-held-out MLM loss, or for ELECTRA the highest RTD AUC (its loss depends on how hard the generator
-makes the task, which the recipe changes too). ``pretrain@<objective>-<seed>`` then trains with the
+budget shortened), measures each on the held-out task's *dev* text and keeps the best by its measure's score
+(:meth:`tasks.pretraining.heldout.Measure.score`: the MLM family's lowest held-out loss, or a kind's own,
+e.g. ELECTRA's highest RTD AUC). ``pretrain@<objective>-<seed>`` then trains with the
 chosen setting (:func:`tasks.pretraining.recipe.recipe`). Test text never takes part.
 
 Only a setting that learned is eligible: one that diverged (a non-finite loss, stopped at once) loses
@@ -28,26 +28,24 @@ import torch
 from tasks.core.errors import DivergedError, PipelineError
 from tasks.core.params import Pretrain
 from tasks.pretraining.checkpoint import clear_checkpoint
-from tasks.pretraining.heldout import MLM_MEASURES, measure_models, measure_of
+from tasks.pretraining.heldout import measure_models
 from tasks.pretraining.modeling import prepare_model
 from tasks.pretraining.pretrain import train
 
 
-SWEPT_MEASURES = {**dict.fromkeys(MLM_MEASURES, ("loss", "accuracy")), "rtd": ("rtd_loss", "auc")}
-
-
-def measure(model, ids: np.ndarray, offsets: np.ndarray, masks: dict, unigram: np.ndarray) -> dict:
+def measure(objective, model, ids: np.ndarray, offsets: np.ndarray, masks: dict, unigram: np.ndarray) -> dict:
     """The held-out measure a setting is judged by (:func:`tasks.pretraining.heldout.measure_models`, as stage
-    ``curves`` measures a saved model): ``loss``/``accuracy`` (MLM family, Mac under its own corruption, PerLM
-    with a token head) or ``rtd_loss``/``auc`` (ELECTRA); ``score``, the higher the better (−loss, AUC); and
-    ``gates`` (records): the objective's held-out gates (``unigram``: the corpus's unigram log-probabilities,
-    :func:`tasks.pretraining.heldout.corpus_unigram`) and the collapse gate on the encoder's token states.
-    PerLM predicting positions only has no held-out measure: ``score`` is None, only the collapse gate."""
-    kind = measure_of(model.heldout, masks)
-    point = measure_models(kind, model.hf if kind else None, getattr(model, "generator", None), model.hf.base_model,
-                           ids, offsets, unigram, masks)
-    score = point["auc"] if kind == "rtd" else -point["loss"] if kind else None
-    return {**{k: point[k] for k in SWEPT_MEASURES.get(kind, ())}, "score": score, "gates": point["gates"]}
+    ``curves`` measures a saved model; the measure: ``objective.measure``): the measure's ``fields`` (the MLM
+    family's ``loss``/``accuracy``, a kind's own, e.g. ELECTRA's ``rtd_loss``/``auc``); ``score``, the higher
+    the better (:meth:`tasks.pretraining.heldout.Measure.score`); and ``gates`` (records): the measure's gates
+    (``unigram``: the corpus's unigram log-probabilities, :func:`tasks.pretraining.heldout.corpus_unigram`)
+    and the collapse gate on the encoder's token states. PerLM predicting positions only has no held-out
+    measure: ``score`` is None, only the collapse gate."""
+    heldout = objective.measure(model.heldout, masks)
+    point = measure_models(heldout, model.saved() if heldout else {}, model.hf.base_model, ids, offsets, unigram,
+                           masks)
+    return {**{k: point[k] for k in (heldout.fields if heldout else ())},
+            "score": heldout.score(point) if heldout else None, "gates": point["gates"]}
 
 
 def run_setting(objective, make_model, data, cfg: Pretrain, fraction: float, *, seed: int, device: torch.device,
@@ -64,12 +62,13 @@ def run_setting(objective, make_model, data, cfg: Pretrain, fraction: float, *, 
     short = cfg.model_copy(update={"token_budget": max(1, round(cfg.token_budget * fraction)), "snapshots": []})
     try:
         summary = train.fn(model, data, short, seed=seed, device=device, checkpoint=checkpoint,
-                           fingerprint=fingerprint, log=log, equal_flops=objective.equal_flops)
+                           fingerprint=fingerprint, log=log, equal_flops=objective.equal_flops,
+                           logged=objective.logged)
     except DivergedError as diverged:
         clear_checkpoint(checkpoint)
         return {"score": None, "diverged": str(diverged), "tokens": 0, "steps": 0, "wall_sec": 0.0, "gates": []}
     clear_checkpoint(checkpoint)  # its lock too
-    measured = measure(model, *heldout, masks, unigram)
+    measured = measure(objective, model, *heldout, masks, unigram)
     gates = objective.gates(summary["rows"], data, short, model)
     return {**measured, "tokens": summary["tokens"], "steps": summary["steps"], "wall_sec": summary["wall_sec"],
             "gates": measured["gates"] + [g.record() for g in gates]}

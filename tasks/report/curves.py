@@ -16,11 +16,13 @@ from tasks.core.metrics.downstream import FinetuneMetrics
 from tasks.core.metrics.pretraining import CurvesMetrics, PretrainMetrics
 from tasks.core.paths import seeded
 from tasks.downstream.families import FAMILIES
+from tasks.pretraining.objectives import MEASURES
 from tasks.report.common import fmt, load_metrics, save_figure, table
 from tasks.report.templating import render_blocks
 
 AXES = (("tokens", "pretraining tokens"), ("seconds", "pretraining seconds"), ("flops", "pretraining model FLOPs"))
 CORRUPTED = {"mac": "Mac", "sound": "sound-alike"}  # held-out measures under an objective's own corruption
+LOSSES = {m.loss_field: m.label for m in MEASURES}  # each held-out measure's loss field and its label
 
 
 def _points(metrics: Path, objective: str, seed: int) -> list[dict] | None:
@@ -33,7 +35,7 @@ def _points(metrics: Path, objective: str, seed: int) -> list[dict] | None:
         return None
     at = {s.fraction: {"tokens": s.tokens, "seconds": s.seconds, "flops": s.flops} for s in run.snapshots or []}
     at[1.0] = {"tokens": run.tokens, "seconds": run.wall_sec, "flops": run.flops}
-    return [{"fraction": p.fraction, "loss": p.loss, "accuracy": p.accuracy, "rtd_loss": p.rtd_loss,
+    return [{"fraction": p.fraction, "accuracy": p.accuracy, **{key: getattr(p, key) for key in LOSSES},
              "measure": curve.measure, **at[p.fraction]} for p in curve.points if p.fraction in at]
 
 
@@ -103,7 +105,7 @@ def curves_section(params, metrics: Path, figures: Path) -> str:
     for objective, seeds in curves.items():
         for i, point in enumerate(seeds[0]):
             cells = []
-            for key in ("loss", "rtd_loss"):
+            for key in LOSSES:
                 values = [s[i][key] for s in seeds if s[i][key] is not None]
                 cells.append(fmt(float(np.mean(values)), 3) if values else "-")
             if point["measure"] in CORRUPTED and cells[0] != "-":
@@ -119,7 +121,7 @@ def curves_section(params, metrics: Path, figures: Path) -> str:
         if per:
             _plot(per, "score", f"{task} test (points)", figures / f"curves_finetuned_{task}.png")
             finetuned.append(task)
-            for key, what in (("loss", "MLM"), ("rtd_loss", "RTD")):
+            for key, what in LOSSES.items():
                 pairs = [(p[key], p["score"]) for s in per.values() for run in s for p in run
                          if p[key] is not None and p["measure"] not in CORRUPTED]
                 ranks += _rank(task, f"every model and snapshot ({what} loss)", pairs)
@@ -128,7 +130,7 @@ def curves_section(params, metrics: Path, figures: Path) -> str:
                  for o, seeds in measured.items() for seed, s in zip(params.pretrain.seeds, seeds)]
         ranks += _rank(task, "the final models (MLM loss)", [(a, b) for a, b in pairs if b is not None])
     return render_blocks("curves.md.j2", table=table(["objective", "fraction", "tokens", "seconds", "TFLOPs",
-                                                      "held-out MLM loss", "held-out RTD loss"], rows),
+                                                      *(f"held-out {what} loss" for what in LOSSES.values())], rows),
                          finetuned=finetuned, heldout_task=params.curves.heldout_task, mlm_plot=bool(measured),
                          ranks=table(["task", "over", "points", "Spearman ρ (−loss, score)", "p"], ranks) if ranks
                          else None, seeds=len(params.pretrain.seeds))

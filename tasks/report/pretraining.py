@@ -11,10 +11,14 @@ from tasks.core.metrics.pretraining import PretrainingDataMetrics, PretrainMetri
 from tasks.core.params import Objective
 from tasks.core.params.pretraining import RECIPE_KNOBS
 from tasks.core.paths import seeded
-from tasks.pretraining.objectives import describe
+from tasks.pretraining.objectives import LOGGED, MEASURES, describe
 from tasks.report.common import fmt, load_metrics, read_csv, save_figure, table
 from tasks.report.gates import gates_table
 from tasks.report.templating import render_blocks
+
+HEADS = list(dict.fromkeys(part.label for part in LOGGED if part.per != "step"))  # the kinds' heads with an accuracy
+COLUMNS = list({field: (field, header, percent) for m in MEASURES for field, header, percent in m.columns}.values())
+"""The sweep table's columns: every held-out measure's (:attr:`tasks.pretraining.heldout.Measure.columns`)."""
 
 def plot_curves(curves: dict[str, list[dict]], y: str, ylabel: str, path: Path) -> Path:
     """One line per run (e.g. objective) of column ``y`` against tokens seen."""
@@ -47,12 +51,10 @@ def pretraining_section(metrics: Path, objectives: list[str], seeds: list[int], 
                 rows.append([name, describe(specs[objective]), fmt(data.sequences),
                              fmt(data.fill_rate, 1, True), chosen, fmt(data.similar_fallback_rate, 1, True),
                              fmt(run.tokens), fmt(run.flops / 1e12 if run.flops else None, 1), fmt(run.final_loss, 3),
-                             fmt(run.final_token_accuracy, 1, True),
-                             fmt(run.final_sentence_accuracy if run.final_rtd_accuracy is None
-                                 else run.final_rtd_accuracy, 1, True),
+                             fmt(run.final_token_accuracy, 1, True), fmt(_head_accuracy(run), 1, True),
                              fmt(run.wall_sec / 60, 1), fmt(run.tokens_per_sec, 0), fmt(run.peak_memory_mb, 0)])
     runs = table(["model", "definition", "sequences", "fill %", "chosen %", "Mac fallback %", "tokens", "TFLOPs",
-                  "final loss", "token acc %", "sentence / RTD acc %", "minutes", "tokens/s", "peak MiB"],
+                  "final loss", "token acc %", f"{' / '.join(HEADS)} acc %", "minutes", "tokens/s", "peak MiB"],
                  rows) if rows else None
     if curves:
         plot_curves(curves, "loss", "training loss", figures / "pretrain_loss.png")
@@ -60,6 +62,12 @@ def pretraining_section(metrics: Path, objectives: list[str], seeds: list[int], 
     return render_blocks("pretraining.md.j2", runs=runs, curves=bool(curves),
                          recipes=recipes_table(sweeps, specs, pretrain), sweeps=sweeps_table(sweeps),
                          gates=gates_table(metrics, objectives, seeds))
+
+
+def _head_accuracy(run: PretrainMetrics) -> float | None:
+    """The run's logged accuracy of its objective's other head (a kind's: NSP/SOP, RTD), if any."""
+    return next((v for part in LOGGED if part.per != "step"
+                 and (v := getattr(run, f"final_{part.column}", None)) is not None), None)
 
 
 def recipes_table(sweeps: dict[str, SweepMetrics | None], specs: dict[str, Objective], pretrain) -> str:
@@ -86,7 +94,9 @@ def sweeps_table(sweeps: dict[str, SweepMetrics | None]) -> str | None:
             mark = (lambda x: f"**{x}**") if s.name == sweep.chosen else str
             failed = [g.name for g in s.gates or [] if not g.passed]
             learned = "diverged" if s.diverged else "failed " + "; ".join(failed) if failed else "yes"
+            measured = [fmt(getattr(s, field), 1, True) if percent else fmt(getattr(s, field), 3)
+                        for field, _, percent in COLUMNS]
             rows.append([mark(objective), mark(s.name), ", ".join(f"{k} {v:g}" for k, v in s.overrides.items()),
-                         fmt(s.loss, 3), fmt(s.accuracy, 1, True), fmt(s.auc, 3), learned, fmt(s.wall_sec / 60, 1)])
-    return table(["objective", "setting", "overrides", "dev MLM loss", "dev accuracy %", "dev RTD AUC", "learned",
-                  "minutes"], rows) if rows else None
+                         *measured, learned, fmt(s.wall_sec / 60, 1)])
+    return table(["objective", "setting", "overrides", *(header for _, header, _ in COLUMNS), "learned", "minutes"],
+                 rows) if rows else None

@@ -1,5 +1,9 @@
 """Metrics of pretraining: the masked data (``pretraining_data``) and the training loop
-(``pretrain``; its summary is shared with ``continue_pretrain``)."""
+(``pretrain``; its summary is shared with ``continue_pretrain``).
+
+The fields an objective kind adds (:mod:`tasks.pretraining.objectives`: the loss parts its heads log, its
+own held-out measure) are one block per kind (``SentenceFinal``, ``RtdFinal``, ``RtdPoint``, ``RtdSwept``),
+composed into the stage's schemas, so a new kind adds its block here and its name to the composition."""
 
 from __future__ import annotations
 
@@ -86,7 +90,23 @@ class GateResult(Record):
     """The whole interval is on the wanted side of the threshold."""
 
 
-class PretrainSummary(Record):
+class SentenceFinal(Record):
+    """NSP/SOP's logged accuracy (:mod:`tasks.pretraining.objectives.sentence`)."""
+
+    final_sentence_accuracy: float | None = absent()
+    """NSP/SOP accuracy (0-1), last logging window; absent without a sentence task (null in runs from before
+    the kinds logged their own parts)."""
+
+
+class RtdFinal(Record):
+    """ELECTRA's logged accuracy (the replaced-token detection kind)."""
+
+    final_rtd_accuracy: float | None = absent()
+    """The discriminator's accuracy (0-1) over the tokens, last logging window (its token accuracy is the
+    generator's)."""
+
+
+class PretrainSummary(SentenceFinal, RtdFinal):
     """What :func:`tasks.pretraining.pretrain.train` returns (its log rows go to the CSV)."""
 
     steps: int
@@ -96,11 +116,6 @@ class PretrainSummary(Record):
     """Mean loss of the last logging window; null when no step was logged."""
     final_token_accuracy: float | None
     """Argmax accuracy (0-1) at the chosen positions, last logging window (ELECTRA: the generator's)."""
-    final_sentence_accuracy: float | None
-    """NSP/SOP accuracy (0-1), last logging window; null without a sentence task."""
-    final_rtd_accuracy: float = absent()
-    """ELECTRA: the discriminator's accuracy (0-1) over the tokens, last logging window (absent for
-    other objectives; their token accuracy is the generator's)."""
     wall_sec: float
     """Wall-clock seconds of training, resumed runs included (2 decimals)."""
     flops: float = absent()
@@ -158,35 +173,40 @@ class PretrainMetrics(PretrainSummary, Metrics):
     [] when none applies; absent in runs from before there were gates."""
 
 
-class CurvePoint(Record):
+class RtdPoint(Record):
+    """ELECTRA's held-out measure (the replaced-token detection kind's ``evaluate_rtd`` and ``rtd_gates``)."""
+
+    rtd_loss: float | None = absent()
+    """Held-out replaced-token detection, binary cross-entropy in nats per token."""
+    rtd_accuracy: float | None = absent()
+    """Held-out replaced-token detection accuracy (0-1) over the tokens."""
+    replaced_share: float = absent()
+    """Share (0-1) of held-out tokens the generator replaced (its samples that differ)."""
+    base_rate_loss: float = absent()
+    """Binary entropy of ``replaced_share`` (nats), the loss of a constant discriminator."""
+    sample_match: float = absent()
+    """Share (0-1) of the generator's samples equal to the original token."""
+    auc: float = absent()
+    """ROC AUC of the discriminator's scores for replaced tokens."""
+    precision: float = absent()
+    """Share (0-1) of the tokens called replaced that were."""
+    recall: float = absent()
+    """Share (0-1) of the replaced tokens called replaced."""
+
+
+class CurvePoint(RtdPoint):
     fraction: float
     """Of the pretraining budget (1.0: the model itself)."""
     loss: float | None
     """Held-out MLM cross-entropy, nats per masked token (null without an MLM measure)."""
     accuracy: float | None
     """Held-out MLM accuracy (0-1) at the masked positions (null without an MLM measure)."""
-    rtd_loss: float | None = absent()
-    """ELECTRA: held-out replaced-token detection, binary cross-entropy in nats per token."""
-    rtd_accuracy: float | None = absent()
-    """ELECTRA: held-out replaced-token detection accuracy (0-1) over the tokens."""
     unigram_loss: float = absent()
     """MLM: the context-free loss, the pretraining corpus's unigram distribution at the same positions (nats)."""
     top_token_accuracy: float = absent()
     """MLM: accuracy (0-1) of predicting the corpus's most frequent token at every masked position."""
     copy_accuracy: float = absent()
     """Mac: accuracy (0-1) of copying the similar word's token the model saw at each chosen position."""
-    replaced_share: float = absent()
-    """ELECTRA: share (0-1) of held-out tokens the generator replaced (its samples that differ)."""
-    base_rate_loss: float = absent()
-    """ELECTRA: binary entropy of ``replaced_share`` (nats), the loss of a constant discriminator."""
-    sample_match: float = absent()
-    """ELECTRA: share (0-1) of the generator's samples equal to the original token."""
-    auc: float = absent()
-    """ELECTRA: ROC AUC of the discriminator's scores for replaced tokens."""
-    precision: float = absent()
-    """ELECTRA: share (0-1) of the tokens called replaced that were."""
-    recall: float = absent()
-    """ELECTRA: share (0-1) of the replaced tokens called replaced."""
     gates: list[GateResult] = absent()
     """Whether the model learned its objective by this point (:mod:`tasks.pretraining.gates`)."""
     sequences: int = absent()
@@ -214,23 +234,28 @@ class CurvesMetrics(Metrics):
     points: list[CurvePoint]
 
 
-class SweepSetting(Record):
+class RtdSwept(Record):
+    """What a sweep records of ELECTRA's held-out measure (the replaced-token detection kind's ``RtdMeasure``)."""
+
+    rtd_loss: float | None = absent()
+    """Held-out RTD binary cross-entropy on the dev text, nats per token."""
+    auc: float | None = absent()
+    """Held-out RTD ROC AUC on the dev text."""
+
+
+class SweepSetting(RtdSwept):
     """One setting of a recipe sweep and how it did (:mod:`tasks.pretraining.sweep`)."""
 
     name: str
     overrides: dict[str, float | int]
     """What the setting changes in the objective's recipe."""
     score: float | None
-    """What the choice maximises: minus the held-out MLM loss (Mac: under its own corruption), or (ELECTRA)
-    the RTD AUC; null without a measure."""
+    """What the choice maximises: its measure's score (minus the held-out MLM loss, Mac's under its own
+    corruption; ELECTRA's RTD AUC); null without a measure."""
     loss: float | None = absent()
     """Held-out MLM cross-entropy on the dev text, nats per masked token."""
     accuracy: float | None = absent()
     """Held-out MLM accuracy (0-1) on the dev text."""
-    rtd_loss: float | None = absent()
-    """ELECTRA: held-out RTD binary cross-entropy on the dev text, nats per token."""
-    auc: float | None = absent()
-    """ELECTRA: held-out RTD ROC AUC on the dev text."""
     tokens: int
     steps: int
     wall_sec: float

@@ -5,8 +5,9 @@ An objective (``objectives.<name>``, :class:`tasks.core.params.Objective`, where
 validated) is a token selection with a replacement distribution, plus what its kinds add. A *kind*
 (:class:`Kind`, one module of this package each, listed in :data:`KINDS`) says from the params
 whether an objective has it, and supplies its part of the run: the data's corruption (a
-substitution table), the model's heads (or a model of its own), the held-out measure, the gates
-read from the training log, the token target and the words that describe it in the report:
+substitution table), the model's heads (or a model of its own), the loss parts it logs, its held-out
+measure with its gates and sweep score, the gates read from the training log, the token target and
+the words that describe it in the report:
 
 ======================  ========================================================================
 ``masked``              MLM, WWM, N-gram and span selection with BERT's [MASK]/random/keep: the base
@@ -30,9 +31,9 @@ from pathlib import Path
 
 from tasks.core.params import Objective, PretrainingData
 from tasks.pretraining.masking import MaskingConfig, masking_config
-from tasks.pretraining.objectives.base import Kind
+from tasks.pretraining.objectives.base import Kind, Logged, Measure
 from tasks.pretraining.objectives.mac import Mac
-from tasks.pretraining.objectives.masked import Masked
+from tasks.pretraining.objectives.masked import Masked, MlmMeasure, mlm_measure
 from tasks.pretraining.objectives.perlm import PerLM
 from tasks.pretraining.objectives.rtd import Rtd
 from tasks.pretraining.objectives.sbo import Sbo
@@ -41,6 +42,10 @@ from tasks.pretraining.objectives.sound_alike import SoundAlike
 
 KINDS: tuple[Kind, ...] = (Masked(), Mac(), SoundAlike(), PerLM(), Sbo(), Rtd(), SentenceTask())
 """Every kind, in the order their parts are described and their gates listed."""
+MEASURES: tuple[Measure, ...] = (MlmMeasure(), *(kind.measure for kind in KINDS if kind.measure))
+"""Every held-out measure (the MLM family's, then the kinds' own), as the report lists them."""
+LOGGED: tuple[Logged, ...] = tuple(part for kind in KINDS for part in kind.logged)
+"""Every loss part a kind's head logs, as the report lists them."""
 
 
 def kinds_of(spec: Objective) -> tuple[Kind, ...]:
@@ -69,9 +74,19 @@ class PretrainingObjective:
     kinds: tuple[Kind, ...]
 
     @property
-    def sentence_task(self) -> str | None:
-        """``nsp``, ``sop`` or None: the data pairs segments for it (:mod:`tasks.pretraining.pairing`)."""
-        return self.spec.sentence_task
+    def reserve(self) -> int:
+        """Tokens of each packed row its kinds keep free (:meth:`rows`)."""
+        return sum(kind.reserve for kind in self.kinds)
+
+    def rows(self, packed, seed: int, tokenizer, scratch: Path) -> tuple:
+        """Its data's packed rows as its kinds make them over (NSP/SOP: segment pairs), and what the metrics
+        record of it: :meth:`tasks.pretraining.objectives.base.Kind.rows`, kind after kind."""
+        stats = {}
+        for kind in self.kinds:
+            packed, more = kind.rows(packed, self.spec, seed=seed, name=self.name, tokenizer=tokenizer,
+                                     scratch=scratch)
+            stats.update(more)
+        return packed, stats
 
     @property
     def needs_lexicon(self) -> bool:
@@ -82,6 +97,21 @@ class PretrainingObjective:
     def equal_flops(self) -> bool:
         """Trained for the model FLOPs an MLM spends on the token budget (``budget: mlm_flops``)."""
         return self.spec.budget == "mlm_flops"
+
+    @property
+    def logged(self) -> tuple[Logged, ...]:
+        """The loss parts its heads add to the training log (:func:`tasks.pretraining.pretrain.train`)."""
+        return tuple(part for kind in self.kinds for part in kind.logged)
+
+    def measure(self, heads: str | None, masks: dict) -> Measure | None:
+        """The held-out measure of its models: a kind's own, else the MLM family's under the corruption
+        of ``masks`` (:meth:`heldout_inputs`: [MASK], Mac's or a substitution table's) when the model has
+        an MLM head (``heads``: the model's ``heldout``, as ``pretraining.json`` saves it; None: PerLM
+        predicting positions only, nothing to measure)."""
+        for kind in self.kinds:
+            if kind.measure is not None:
+                return kind.measure
+        return None if heads is None else mlm_measure(masks)
 
     def masking(self, tokenizer=None) -> MaskingConfig:
         """The corruption of the data, with the substitution table a kind builds from ``tokenizer`` (the

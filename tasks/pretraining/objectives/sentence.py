@@ -5,18 +5,32 @@ Gate: accuracy above chance (50%) at the end of the training log."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from tasks.core.params import Objective
-from tasks.pretraining.objectives.base import Kind
+from tasks.pretraining.objectives.base import Kind, Logged
 
 
 class SentenceTask(Kind):
     name = "sentence"
+    logged = (Logged("sentence_loss", "sentence_loss", "step", "sentence"),
+              Logged("sentence_accuracy", "sentence_correct", "sequence", "sentence"))
 
     def applies(self, spec: Objective) -> bool:
         return spec.sentence_task is not None
 
+    reserve = 1  # the [SEP] between segment A and segment B
+
     def describe(self, spec: Objective) -> list[str]:
         return [f"+ {spec.sentence_task.upper()}"]
+
+    def rows(self, packed, spec: Objective, *, seed: int, name: str, tokenizer, scratch: Path) -> tuple:
+        from tasks.core.rng import named_rng
+        from tasks.pretraining.pairing import sentence_pairs
+
+        packed, stats = sentence_pairs(packed, spec.sentence_task, named_rng(seed, f"{name}/pairs"),
+                                       tokenizer.cls_token_id, tokenizer.sep_token_id, out=scratch / "pairs")
+        return packed, {"sentence_task": spec.sentence_task, **stats}
 
     def model_options(self, spec: Objective) -> dict:
         return {"sentence_task": True}

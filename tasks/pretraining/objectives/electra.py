@@ -1,7 +1,11 @@
-"""ELECTRA's replaced-token detection (Clark et al. 2020, ICLR; reference ``google-research/electra``):
-the generator and discriminator, their configurations and initialisation, and how the generator's
-samples replace the masked tokens. The discriminator is saved as an ``ElectraForPreTraining``
-(``AutoModel`` gives its encoder) and its generator beside it, in :data:`GENERATOR_DIR`.
+"""ELECTRA's generator and discriminator (Clark et al. 2020, ICLR; reference ``google-research/electra``): their
+configurations and initialisation, how the generator's samples replace the masked tokens, the training loss
+(:class:`ElectraPretrainingModel`) and the held-out measure (:func:`evaluate_rtd`). The torch half of the
+replaced-token detection kind (:mod:`tasks.pretraining.objectives.rtd`), imported by it alone, when a model is
+built or measured.
+
+The discriminator is saved as an ``ElectraForPreTraining`` (``AutoModel`` gives its encoder) and its
+generator beside it, in :data:`GENERATOR_DIR`.
 """
 
 from __future__ import annotations
@@ -10,10 +14,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
-from transformers import ElectraConfig, ElectraForMaskedLM, ElectraForPreTraining
+from transformers import ElectraConfig, ElectraForMaskedLM, ElectraForPreTraining, PreTrainedModel
 
 from tasks.core.params import ModelSize
 from tasks.pretraining.flops import encoder_flops
+from tasks.pretraining.heldout import masked_batches
 from tasks.pretraining.initialization import init_positions
 
 GENERATOR_DIR = "generator"  # ELECTRA's generator, beside the discriminator in the model folder
@@ -33,7 +38,8 @@ def replace_tokens(ids: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, sa
 
 class ElectraPretrainingModel(nn.Module):
     """ELECTRA's replaced-token detection (Clark et al. 2020, ICLR, §2; reference
-    ``google-research/electra``, ``run_pretraining.py``).
+    ``google-research/electra``, ``run_pretraining.py``), a
+    :class:`tasks.pretraining.modeling.PretrainingModule`.
 
     A small generator (an MLM) predicts the masked positions; its samples replace them (no
     gradient flows through the sampling); the discriminator classifies every non-padding token as
@@ -137,7 +143,8 @@ def electra_configs(size: ModelSize, generator_size: float, vocab_size: int, max
 def new_electra(size: ModelSize, rtd, vocab_size: int, max_seq_length: int, pad_token_id: int,
                 seed: int) -> ElectraPretrainingModel:
     """A randomly initialised ELECTRA (normal, std 0.02; positions and the locality prior of both
-    encoders as :func:`new_masked_lm`) with the generator of ``rtd.generator_size`` and λ = ``rtd.weight``."""
+    encoders as :func:`tasks.pretraining.modeling.new_masked_lm`) with the generator of
+    ``rtd.generator_size`` and λ = ``rtd.weight``."""
     disc_config, gen_config = electra_configs(size, rtd.generator_size, vocab_size, max_seq_length, pad_token_id)
     torch.manual_seed(seed)
     discriminator, generator = ElectraForPreTraining(disc_config), ElectraForMaskedLM(gen_config)
@@ -146,3 +153,47 @@ def new_electra(size: ModelSize, rtd, vocab_size: int, max_seq_length: int, pad_
                    local_strength=size.local_attention_strength,
                    head_size=disc_config.hidden_size // disc_config.num_attention_heads)
     return ElectraPretrainingModel(discriminator, generator, rtd.weight)
+
+
+@torch.no_grad()
+def evaluate_rtd(discriminator: PreTrainedModel, generator: PreTrainedModel, ids: np.ndarray, offsets: np.ndarray,
+                 *, lang: str, seed: int, mask_token_id: int, masked_lm_prob: float, max_predictions: int,
+                 device: torch.device, batch_size: int = 32) -> dict:
+    """ELECTRA's held-out measure: the [MASK] positions of :func:`tasks.pretraining.heldout.evaluate_mlm`
+    (the same for every model), filled with ``generator``'s samples (an ``ElectraForMaskedLM``; drawn from a
+    torch generator seeded by ``seed``), scored by ``discriminator`` (an ``ElectraForPreTraining``) on every
+    token, binary cross-entropy and accuracy over them (Clark et al. 2020, §2).
+
+    Returns:
+        ``{"tokens", "rtd_loss", "rtd_accuracy", "sample_match"}`` (binary cross-entropy in nats per
+        token; the share of samples equal to the original token; None without a masked token) and
+        ``"tokens_measured"``: ``{"losses", "scores", "targets", "rows"}``, ``[T]`` arrays of every
+        token (discriminator logits, replaced or not, the sequence of each), for
+        :func:`tasks.pretraining.objectives.rtd.rtd_gates`.
+    """
+    discriminator.to(device).eval()
+    generator.to(device).eval()
+    draws = torch.Generator(device=device).manual_seed(seed)
+    parts = {"losses": [], "scores": [], "targets": [], "rows": []}
+    matched, sampled_count = 0, 0
+    for input_ids, valid, rows, cols, labels, _, start in masked_batches(
+            ids, offsets, lang, seed, mask_token_id, masked_lm_prob, max_predictions, batch_size, device):
+        hidden = generator.electra(input_ids=input_ids, attention_mask=valid).last_hidden_state
+        logits = generator.generator_lm_head(generator.generator_predictions(hidden[rows, cols])).float()
+        sampled = torch.multinomial(F.softmax(logits, dim=-1), 1, generator=draws).squeeze(1)
+        matched, sampled_count = matched + int((sampled == labels).sum()), sampled_count + len(labels)
+        corrupted, replaced = replace_tokens(input_ids, rows, cols, sampled, labels)
+        mask = valid.bool()
+        scores = discriminator(input_ids=corrupted, attention_mask=valid).logits[mask].float()
+        target = replaced[mask]
+        parts["losses"].append(F.binary_cross_entropy_with_logits(scores, target.float(), reduction="none")
+                               .double().cpu())
+        parts["scores"].append(scores.cpu())
+        parts["targets"].append(target.cpu())
+        parts["rows"].append(mask.nonzero()[:, 0].cpu() + start)
+    if not parts["losses"]:
+        return {"tokens": 0, "rtd_loss": None, "rtd_accuracy": None, "sample_match": None}
+    arrays = {k: torch.cat(v).numpy() for k, v in parts.items()}
+    return {"tokens": len(arrays["losses"]), "rtd_loss": float(arrays["losses"].sum()) / len(arrays["losses"]),
+            "rtd_accuracy": float(((arrays["scores"] > 0) == arrays["targets"]).mean()),
+            "sample_match": matched / sampled_count, "tokens_measured": arrays}
