@@ -118,9 +118,9 @@ class Params(_Strict):
             if spec.sentence_task and self.pretraining_data.packing == "full_sentences":
                 raise ValueError(f"compare: {name!r} has sentence_task {spec.sentence_task}, which "
                                  f"needs rows of one document: set pretraining_data.packing to doc_sentences")
-            if spec.own_model and self.pretrain.init_from:
-                raise ValueError(f"compare: {name!r} trains a model of its own from random weights: unset "
-                                 "pretrain.init_from")
+            if spec.rtd and (self.pretrain.init_from or spec.sentence_task):
+                raise ValueError(f"compare: {name!r} (ELECTRA) starts from random weights and has no sentence task: "
+                                 "unset pretrain.init_from and its sentence_task")
         for name in self.finetune.baselines:
             if name not in self.hub_models:
                 raise ValueError(f"finetune.baselines: {name!r} is no hub_models name (the random-init baseline "

@@ -145,15 +145,7 @@ class Objective(_Strict):
                              "has: set dynamic false")
         if self.rtd and (self.replacement.permute or self.replacement.similar or self.replacement.sound or self.sbo):
             raise ValueError("rtd (ELECTRA): its generator is an MLM; use replacement mask/random/keep, no sbo")
-        if self.rtd and self.sentence_task:
-            raise ValueError("rtd (ELECTRA) has no sentence task: unset sentence_task")
         return self
-
-    @property
-    def own_model(self) -> bool:
-        """It trains a model of its own (ELECTRA's generator and discriminator), which starts from random
-        weights: no ``pretrain.init_from``."""
-        return self.rtd is not None
 
 
 class PretrainingData(_Strict):
