@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from tasks.core.errors import SourceError
+from tasks.core.errors import ParamsError, SourceError
 from tasks.core.params import DownstreamTask, TaskData
 from tasks.core.paths import source_file
 from tasks.core.quality import Issues
@@ -45,9 +45,21 @@ def _read_clue_jsonl(data: TaskData, path: Path, issues: Issues, role: str) -> p
                            data.labels, issues)
 
 
+TABLE_COLUMNS = ("text_a", "text_b", "label", "score")
+"""The column roles of loader ``table`` (``data.columns``): ``score`` in place of ``label`` names a real-valued
+label, a regression task's (STS-B's similarity)."""
+
+
 def _read_table(data: TaskData, path: Path, issues: Issues, role: str) -> pa.Table:
     cols = data.columns
-    return read_table(path, cols.get("text_a", "text_a"), cols.get("text_b"), cols.get("label", "label"), issues)
+    unknown = sorted(set(cols) - set(TABLE_COLUMNS))
+    if unknown or {"label", "score"} <= set(cols):
+        raise ParamsError(f"data.columns {cols} (loader table, reading {path}): "
+                          + (f"unknown role(s) {', '.join(unknown)}; known: {', '.join(TABLE_COLUMNS)}" if unknown
+                             else "give label (a class index) or score (a regression task's real number), not both"))
+    regression = "score" in cols
+    return read_table(path, cols.get("text_a", "text_a"), cols.get("text_b"),
+                      cols["score"] if regression else cols.get("label", "label"), issues, regression=regression)
 
 
 def _read_conll(data: TaskData, path: Path, issues: Issues, role: str) -> pa.Table:
@@ -89,6 +101,7 @@ def prepare_task(name: str, spec: DownstreamTask, raw_dir: Path, seed: int) -> t
     Raises:
         SourceError: a file is missing or malformed under ``malformed: fail``, a split is empty,
             or a classification split has fewer than 2 classes (names the split and its class counts).
+        ParamsError: loader ``table``'s ``data.columns`` name an unknown role, or both ``label`` and ``score``.
     """
     data = spec.data
     issues = Issues(data.malformed)

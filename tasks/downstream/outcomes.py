@@ -1,6 +1,6 @@
 """Per-example outcomes of a fine-tuned run: the counts a task's headline metric is computed from, one
 row per test example, so that a statistic can resample examples and recompute the metric exactly
-(:mod:`tasks.report.statistics`; :func:`tasks.report.outcomes.metric_of` gives the function of their sums).
+(:mod:`tasks.report.statistics`; the family's :class:`Reduction` is the function of their sums).
 Each family computes its runs' counts (``Family.counts``) and says how they sum to each metric
 (``Family.counted``, a :class:`Reduction`).
 
@@ -18,10 +18,11 @@ accuracy; MRC em, f1, average   the example's score, 1                      mean
 classification f1 (class 1)     TP, predicted 1, gold 1                     2 TP / (pred + gold)
 macro_f1                        per class: TP, predicted, gold              mean of the F1s
 NER f1 / precision / recall     entities: correct, predicted, gold          micro F1 / P / R
+regression pearson              x, y, x², y², xy, 1 (centred scores)        Pearson's r
 ==============================  ==========================================  ====================
 
 NER entities are those of ``seqeval`` in strict IOB2 mode, which finetune's scores use. Metrics
-that are no function of counts (Matthews correlation, Pearson, Spearman) have no outcomes.
+that are no function of counts (Matthews correlation, Spearman's ranks) have no outcomes.
 """
 
 from __future__ import annotations
@@ -44,23 +45,46 @@ one run, fine-tuning seed 0)."""
 
 @dataclass(frozen=True)
 class Reduction:
-    """How per-example counts ``[N, k]`` summed over examples give a metric (module docstring):
+    """How per-example counts ``[N, k]`` summed over examples give a metric (module docstring), and the
+    function itself: ``reduction(sums[..., k]) -> values[...]`` (what the report's statistics resample).
     ``ratio``: ``Σ c[numerator] / Σ c[denominator]`` (a mean of per-example scores, precision, recall);
     ``f1``: ``2 Σ c0 / (Σ c1 + Σ c2)`` (TP, predicted, gold); ``macro_f1``: the mean of that F1 over the
-    classes, laid out ``[TP, predicted, gold]`` each. A family's :attr:`counted` maps its metrics to these;
-    the report's statistics implement them (:func:`tasks.report.outcomes.metric_of`)."""
+    classes, laid out ``[TP, predicted, gold]`` each; ``pearson``: Pearson's r from the moments
+    ``[x, y, x², y², xy, 1]`` (:func:`moment_counts`). A family's :attr:`counted` maps its metrics to these."""
 
-    kind: Literal["ratio", "f1", "macro_f1"]
+    kind: Literal["ratio", "f1", "macro_f1", "pearson"]
     numerator: int = 0
     denominator: int = 1
 
+    def __call__(self, sums: np.ndarray) -> np.ndarray:
+        tiny = 1e-300
+        if self.kind == "ratio":
+            return sums[..., self.numerator] / np.maximum(sums[..., self.denominator], tiny)
+        if self.kind == "f1":
+            return 2 * sums[..., 0] / np.maximum(sums[..., 1] + sums[..., 2], tiny)
+        if self.kind == "macro_f1":
+            s = sums.reshape(*sums.shape[:-1], sums.shape[-1] // 3, 3)
+            return (2 * s[..., 0] / np.maximum(s[..., 1] + s[..., 2], tiny)).mean(-1)
+        x, y, xx, yy, xy, n = np.moveaxis(sums, -1, 0)
+        cov, var_x, var_y = n * xy - x * y, n * xx - x * x, n * yy - y * y
+        return cov / np.sqrt(np.maximum(var_x * var_y, tiny))
 
-MEAN, F1, MACRO_F1 = Reduction("ratio"), Reduction("f1"), Reduction("macro_f1")
+
+MEAN, F1, MACRO_F1, PEARSON = Reduction("ratio"), Reduction("f1"), Reduction("macro_f1"), Reduction("pearson")
 
 
 def mean_counts(score: np.ndarray) -> np.ndarray:
     """``[N, 2]`` counts of per-example scores ``[N]`` (accuracy, exact match, MRC F1): the score and 1."""
     return np.stack([np.asarray(score, dtype=np.float64), np.ones(len(score))], -1)
+
+
+def moment_counts(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """``[N, 6]`` counts of Pearson's r (:data:`PEARSON`) between scores ``x`` and ``y`` ``[N]``:
+    ``[x, y, x², y², xy, 1]``, each centred on its mean over the ``N`` first (r is unchanged by a shift;
+    centring keeps the sums of squares from cancelling)."""
+    x = np.asarray(x, dtype=np.float64) - np.mean(x)
+    y = np.asarray(y, dtype=np.float64) - np.mean(y)
+    return np.stack([x, y, x * x, y * y, x * y, np.ones(len(x))], -1)
 
 
 def f1_counts(correct: np.ndarray, predicted: np.ndarray, gold: np.ndarray) -> np.ndarray:

@@ -9,12 +9,12 @@ import numpy as np
 
 from tasks.downstream.families import FAMILIES
 from tasks.downstream.outcomes import read_outcomes
-from tasks.report.statistics import Metric, f1_of, macro_f1_of, mean_of
+from tasks.report.statistics import Metric
 
 
-def metric_of(family: str, metric: str, width: int) -> Metric:
-    """The function of summed counts that gives ``metric`` of ``family`` from rows of ``width`` counts
-    (the family's :class:`~tasks.downstream.outcomes.Reduction` of it, :mod:`tasks.downstream.outcomes`).
+def metric_of(family: str, metric: str) -> Metric:
+    """The function of summed counts that gives ``metric`` of ``family``: the family's
+    :class:`~tasks.downstream.outcomes.Reduction` of it (:mod:`tasks.downstream.outcomes`).
 
     Raises:
         ValueError: a metric with no per-example outcomes.
@@ -22,9 +22,7 @@ def metric_of(family: str, metric: str, width: int) -> Metric:
     reduction = FAMILIES[family].counted.get(metric)
     if reduction is None:
         raise ValueError(f"{family} metric {metric!r} has no per-example outcomes")
-    if reduction.kind == "ratio":
-        return mean_of(reduction.numerator, reduction.denominator)
-    return f1_of() if reduction.kind == "f1" else macro_f1_of(width // 3)
+    return reduction
 
 
 def run_counts(path: Path, seeds: list[int]) -> tuple[np.ndarray, Metric, str]:
@@ -35,4 +33,4 @@ def run_counts(path: Path, seeds: list[int]) -> tuple[np.ndarray, Metric, str]:
         SourceError: the file is missing, unreadable or lacks a seed.
     """
     family, metric, c = read_outcomes(path, seeds)
-    return c, metric_of(family, metric, c.shape[-1]), family
+    return c, metric_of(family, metric), family

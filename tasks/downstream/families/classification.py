@@ -13,14 +13,18 @@ from tasks.downstream import classic
 from tasks.downstream.classification import EncodedClassification, MeanPoolClassifier, score
 from tasks.downstream.families.base import baseline_scores, dropout, not_counted
 from tasks.downstream.finetune import predict
-from tasks.downstream.outcomes import F1, MACRO_F1, MEAN, f1_counts, in_order, mean_counts
+from tasks.downstream.outcomes import F1, MACRO_F1, MEAN, PEARSON, f1_counts, in_order, mean_counts, moment_counts
 from tasks.downstream.records import table_labels
+
+
+REGRESSION_SLACK = 1.0
+"""A regression prediction off by more than this (label units) is listed among the wrong ones."""
 
 
 class Classification:
     name = "classification"
     percent = 100.0
-    counted = {"accuracy": MEAN, "f1": F1, "macro_f1": MACRO_F1}
+    counted = {"accuracy": MEAN, "f1": F1, "macro_f1": MACRO_F1, "pearson": PEARSON}
 
     def eval_texts(self, table):
         return [t for col in ("text_a", "text_b") for t in table.column(col).to_pylist() if t]
@@ -75,6 +79,8 @@ class Classification:
         pred = np.array([row["prediction"] for row in predictions])
         if metric == "accuracy":
             return mean_counts((gold == pred).astype(np.float64))
+        if metric == "pearson":  # regression
+            return moment_counts(gold, pred)
         if metric == "f1":  # of class 1
             return f1_counts((pred == 1) & (gold == 1), pred == 1, gold == 1)
         classes = np.unique(gold)  # macro F1: [TP, predicted, gold] per class
@@ -82,12 +88,16 @@ class Classification:
         return c.reshape(len(gold), -1).astype(np.float64)
 
     def wrong_predictions(self, predictions, test):
+        # a class other than gold; a regression score off by more than 1 (a point of STS-B's 0-5), worst first
+        wrong = [r for r in predictions if (abs(r["prediction"] - r["label"]) > REGRESSION_SLACK
+                                            if isinstance(r["label"], float) else r["label"] != r["prediction"])]
+        wrong.sort(key=lambda r: -abs(r["prediction"] - r["label"]) if isinstance(r["label"], float) else 0)
         rows = []
-        for row in predictions:
-            if row["label"] != row["prediction"]:
-                ex = test[row["id"]]
-                text = ex["text_a"] + (f" ‖ {ex['text_b']}" if ex["text_b"] else "")
-                rows.append([text[:80], str(row["label"]), str(row["prediction"])])
+        for row in wrong:
+            ex = test[row["id"]]
+            text = ex["text_a"] + (f" ‖ {ex['text_b']}" if ex["text_b"] else "")
+            shown = (lambda v: f"{v:.2f}") if isinstance(row["label"], float) else str
+            rows.append([text[:80], shown(row["label"]), shown(row["prediction"])])
         return ["text", "gold", "predicted"], rows
 
     def baseline(self, tables, labels, metrics):
