@@ -42,8 +42,10 @@ def test_ner_counts_give_seqevals_strict_entity_f1():
 
 
 def test_mrc_counts_give_the_official_cmrc_scores():
-    table = pa.table({"id": ["q1", "q2", "q3"], "answers": [[{"text": "北京"}], [{"text": "上海市"}, {"text": "上海"}],
-                                                            [{"text": "长江"}]]})
+    answers = [[{"text": "北京", "start": 0}], [{"text": "上海市", "start": 0}, {"text": "上海", "start": 0}],
+               [{"text": "长江", "start": 0}]]
+    table = pa.table({"id": ["q1", "q2", "q3"], "question": ["首都？", "城市？", "河流？"],
+                      "context": ["北京", "上海市", "长江"], "answers": answers})
     predictions = {"q1": "北京", "q2": "上海", "q3": "黄河"}  # q3 wrong; a missing id would score 0
     gold = {row["id"]: [a["text"] for a in row["answers"]] for row in table.to_pylist()}
     official = cmrc_metric.evaluate(gold, predictions)

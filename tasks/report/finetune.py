@@ -14,8 +14,10 @@ from tasks.report.templating import render_blocks
 
 
 def fraction(family: str, score: float) -> float:
-    """A score of a task of ``family`` in [0, 1] (its ``percent``: MRC runs store the official CMRC 2018
-    script's percentages; classification (scikit-learn) and NER (seqeval) store fractions)."""
+    """A score of a task of ``family`` as a fraction (accuracy in [0, 1]; Pearson's r in [-1, 1]), from the unit
+    its runs store it in: the family's ``percent`` (percentage points per stored unit) is 1 for MRC (the
+    official CMRC 2018 script's percentages) and 100 for classification (scikit-learn) and NER (seqeval),
+    which store fractions already (divided by 1.0, unchanged)."""
     return score / (100 / FAMILIES[family].percent)
 
 

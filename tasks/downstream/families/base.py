@@ -80,7 +80,7 @@ def dropout(rate: float) -> dict:
     return {"hidden_dropout_prob": rate, "attention_probs_dropout_prob": rate}
 
 
-def not_counted(family: Family, metric: str) -> None:
+def require_counted(family: Family, metric: str) -> None:
     """Raises ValueError: ``metric`` of ``family`` has no per-example outcomes."""
     if metric not in family.counted:
         raise ValueError(f"{family.name} metric {metric!r} has no per-example outcomes")

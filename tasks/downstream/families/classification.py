@@ -11,7 +11,7 @@ from transformers import AutoModelForSequenceClassification
 from tasks.core.errors import SourceError
 from tasks.downstream import classic
 from tasks.downstream.classification import EncodedClassification, MeanPoolClassifier, score
-from tasks.downstream.families.base import baseline_scores, dropout, not_counted
+from tasks.downstream.families.base import baseline_scores, dropout, require_counted
 from tasks.downstream.finetune import predict
 from tasks.downstream.outcomes import F1, MACRO_F1, MEAN, PEARSON, f1_counts, in_order, mean_counts, moment_counts
 from tasks.downstream.records import table_labels
@@ -73,7 +73,7 @@ class Classification:
         return score(metrics, gold, pred), rows
 
     def counts(self, metric, table, predictions):
-        not_counted(self, metric)
+        require_counted(self, metric)
         in_order(table, predictions)
         gold = np.array([row["label"] for row in predictions])
         pred = np.array([row["prediction"] for row in predictions])

@@ -8,7 +8,7 @@ import numpy as np
 from transformers import AutoModelForQuestionAnswering
 
 from tasks.downstream import classic, cmrc_metric
-from tasks.downstream.families.base import baseline_scores, dropout, not_counted
+from tasks.downstream.families.base import baseline_scores, dropout, require_counted
 from tasks.downstream.finetune import predict
 from tasks.downstream.mrc import MrcFeatures
 from tasks.downstream.mrc_decode import decode as decode_spans
@@ -49,11 +49,12 @@ class Mrc:
         return {m: result[m] for m in metrics}, answers
 
     def counts(self, metric, table, predictions):
-        not_counted(self, metric)
-        ids = table.column("id").to_pylist()  # a question with no prediction scores 0
-        gold = {i: [a["text"] for a in answers] for i, answers in zip(ids, table.column("answers").to_pylist())}
-        em = np.array([cmrc_metric.exact_match(gold[i], predictions[i]) if i in predictions else 0.0 for i in ids])
-        f1 = np.array([cmrc_metric.f1_score(gold[i], predictions[i]) if i in predictions else 0.0 for i in ids])
+        require_counted(self, metric)
+        gold = gold_texts(mrc_examples(table))  # as scored() reads it; a question with no prediction scores 0
+        def per_question(score):
+            return np.array([score(answers, predictions[i]) if i in predictions else 0.0 for i, answers in gold.items()])
+        em = per_question(cmrc_metric.exact_match) if metric != "f1" else 0.0
+        f1 = per_question(cmrc_metric.f1_score) if metric != "em" else 0.0
         return mean_counts(100 * {"em": em, "f1": f1, "average": (em + f1) / 2}[metric])
 
     def wrong_predictions(self, predictions, test):

@@ -9,7 +9,7 @@ from transformers import AutoModelForTokenClassification
 
 from tasks.downstream import classic
 from tasks.downstream.conll import entity_counts, label_list, ner_sentences
-from tasks.downstream.families.base import baseline_scores, dropout, not_counted
+from tasks.downstream.families.base import baseline_scores, dropout, require_counted
 from tasks.downstream.finetune import predict
 from tasks.downstream.ner import EncodedNer, decode as decode_tags, ner_metrics
 from tasks.downstream.ner_mrc import bio_spans
@@ -60,7 +60,7 @@ class Ner:
         return {**{m: result[m] for m in metrics}, "per_type": result["per_type"]}, rows
 
     def counts(self, metric, table, predictions):
-        not_counted(self, metric)
+        require_counted(self, metric)
         in_order(table, predictions)
         gold = [_entities(row["gold"]) for row in predictions]
         pred = [_entities(row["prediction"]) for row in predictions]
