@@ -38,6 +38,7 @@ def small_params() -> dict:
         "sentiment": {"type": "local", "path": str(DATA / "sentiment"), "licence": "MIT"},
         "lcqmc": {"type": "local", "path": str(DATA / "lcqmc.csv"), "licence": "research use"},
         "msra_ner": {"type": "local", "path": str(DATA / "msra_ner"), "licence": "research use"},
+        "sts_b": {"type": "local", "path": str(DATA / "sts_b.csv"), "licence": "see tests/data/README.md"},
         "synonyms": {"type": "local", "path": str(DATA / "word_vectors_sample.model"), "licence": "MIT"},
         **{name: {"type": "local", "path": str(DATA / "multilingual" / name), "licence": "see tests/data/README.md"}
            for name in ("bert_vocab", "udhr", "cantonese", "korean", "uyghur_proverbs")},
@@ -46,6 +47,7 @@ def small_params() -> dict:
     task = params["tasks"]
     task["lcqmc"]["data"].update(source="lcqmc", files={"all": "lcqmc.csv"}, split={"dev": 0.1, "test": 0.1})
     task["lcqmc"]["data"].pop("limit")
+    task["sts_b"]["data"].update(files={"all": "sts_b.csv"})
     for name in ("msra_mrc", "msra_ner"):
         task[name]["data"]["limit"] = {"train": 120, "dev": 30, "test": 40}
     task["msra_ner"]["training"]["max_seq_length"] = 48

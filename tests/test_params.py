@@ -148,9 +148,9 @@ def test_a_published_models_recipe_overrides_the_task_and_finetune(tmp_path, raw
 ABSENT_MEANS_OFF = {"file", "text_field", "hub_id", "source", "files", "optional", "dynamic", "sentence_task",
                     "mask", "random", "similar", "permute", "sound", "keep", "columns", "glue_task", "labels", "queries",
                     "training", "user_dict", "path", "limit", "dev", "test", "licence",
-                    # objective options: absent is plain MLM-style training (no SBO, no RTD, a token budget)
+                    # objective options: absent is plain MLM-style training (no SBO, RTD or pinyin head, a token budget)
                     # and PERT's own PerLM (no limit, local, partial)
-                    "sbo", "rtd", "budget", "permutation", "granularity", "space", "targets",
+                    "sbo", "rtd", "pinyin", "budget", "permutation", "granularity", "space", "targets",
                     # an objective without its own recipe trains with pretrain's knobs
                     "pretrain"}
 

@@ -136,6 +136,18 @@ def span_boundaries(rows: torch.Tensor, cols: torch.Tensor, width: int) -> tuple
     return (start - 1).clamp(min=0), (end + 1).clamp(max=width - 1), cols - start
 
 
+class TokenHead(Protocol):
+    """A kind's own head at the chosen positions (:meth:`tasks.pretraining.objectives.base.Kind.heads`), an
+    ``nn.Module`` that :class:`PretrainingModel` runs beside its MLM head, its loss added to the token loss."""
+
+    def forward(self, picked: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """``picked [M, H]`` (the encodings at the chosen positions), ``labels int64 [M]`` (their original token
+        ids) -> ``(loss, parts)``: its mean loss over the M positions and the detached parts it logs."""
+
+    def flops(self, predicted: int) -> float:
+        """Forward model FLOPs at ``predicted`` chosen positions."""
+
+
 class PretrainingModule(Protocol):
     """What the training loop (:mod:`tasks.pretraining.pretrain`), the sweep and the saving
     (:mod:`tasks.pretraining.saving`) ask of a pretraining model (an ``nn.Module``): :class:`PretrainingModel`,
@@ -180,6 +192,9 @@ class PretrainingModel(nn.Module):
         full_targets: PerLM: predict every non-padding token, an unchosen one's target being
             itself (PERT's "full prediction" ablation), not only the chosen ones.
         sbo: add a :class:`SpanBoundaryHead` (span masking).
+
+    A kind's own heads (:class:`TokenHead`) join with :meth:`add_head`, after these (which keep their
+    creation order, so an objective without one draws the same weights as before they existed).
     """
 
     def __init__(self, mlm: BertForMaskedLM, predicts_positions: bool = False, sentence_task: bool = False, *,
@@ -192,6 +207,11 @@ class PretrainingModel(nn.Module):
         self.position_head = PositionHead(mlm.config) if local else None
         self.sentence_head = SentenceHead(mlm.config) if sentence_task else None
         self.sbo_head = SpanBoundaryHead(mlm.config) if sbo else None
+        self.heads = nn.ModuleDict()
+
+    def add_head(self, name: str, head: nn.Module) -> None:
+        """Add a kind's :class:`TokenHead` ``name`` (its state saved as ``heads.<name>.*``)."""
+        self.heads[name] = head
 
     @property
     def hf(self) -> BertForMaskedLM:
@@ -219,7 +239,8 @@ class PretrainingModel(nn.Module):
         return int(batch["attention_mask"].sum()) if self.full_targets else len(batch["labels"])
 
     def forward(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """Total loss (token loss + SBO loss + sentence loss, summed as in BERT and SpanBERT) and its parts.
+        """Total loss (token loss + SBO loss + the kinds' heads' + sentence loss, summed as in BERT, SpanBERT and
+        PLOME) and its parts.
 
         Args:
             batch: ``input_ids``, ``attention_mask``, ``token_type_ids`` (``int64 [B, L]``);
@@ -230,8 +251,8 @@ class PretrainingModel(nn.Module):
                 losses (a micro-batch's share of the global batch under gradient accumulation).
         Returns:
             ``(loss, parts)``: parts holds ``token_loss``, ``token_correct`` (PerLM with both
-            spaces: of the position head), and with a sentence head ``sentence_loss``,
-            ``sentence_correct`` (detached scalars).
+            spaces: of the position head), with a sentence head ``sentence_loss``,
+            ``sentence_correct``, and the parts of the kinds' heads (detached scalars).
         """
         # The vocabulary projection runs on the M chosen positions only, not all B * L
         # (BertForMaskedLM.forward projects every position: 4x slower on a small model).
@@ -261,6 +282,10 @@ class PretrainingModel(nn.Module):
         if self.sbo_head is not None:
             sbo_logits = self.sbo_head(hidden, rows, cols, self.mlm.bert.embeddings.word_embeddings.weight)
             loss = loss + F.cross_entropy(sbo_logits.float(), labels)
+        for head in self.heads.values():  # the kinds' own (labels: the original tokens; PerLM has none)
+            head_loss, head_parts = head(picked, labels)
+            loss = loss + head_loss
+            parts.update(head_parts)
         if "token_weight" in batch:
             loss = loss * batch["token_weight"]
         if self.sentence_head is not None:
@@ -282,7 +307,7 @@ class PretrainingModel(nn.Module):
         ``predicted`` chosen positions: :func:`encoder_flops`, plus the token heads at the predicted
         positions (a transform and the vocabulary, PerLM's positions, or both), SBO's two layers and
         vocabulary, and the sentence head on [CLS]; all times 3 (the backward pass costs twice the
-        forward)."""
+        forward), and the kinds' heads' own count (:meth:`TokenHead.flops`)."""
         c, h = self.mlm.config, self.mlm.config.hidden_size
         predicted = int(np.sum(lengths)) if self.full_targets else predicted
         heads = 0
@@ -294,6 +319,7 @@ class PretrainingModel(nn.Module):
             heads += predicted * 2 * (3 * h * h + h * h + h * c.vocab_size)
         if self.sentence_head is not None:
             heads += len(lengths) * 2 * (h * h + 2 * h)
+        heads += sum(head.flops(predicted) for head in self.heads.values())
         return 3.0 * (encoder_flops(c, lengths) + heads)
 
 

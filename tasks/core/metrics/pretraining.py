@@ -2,8 +2,8 @@
 (``pretrain``; its summary is shared with ``continue_pretrain``).
 
 The fields an objective kind adds (:mod:`tasks.pretraining.objectives`: the loss parts its heads log, its
-own held-out measure) are one block per kind (``SentenceFinal``, ``RtdFinal``, ``RtdPoint``, ``RtdSwept``),
-composed into the stage's schemas, so a new kind adds its block here and its name to the composition."""
+own held-out measure) are one block per kind (``SentenceFinal``, ``PinyinFinal``, ``RtdFinal``, ``RtdPoint``,
+``RtdSwept``), composed into the stage's schemas, so a new kind adds its block here and its name to the composition."""
 
 from __future__ import annotations
 
@@ -106,7 +106,14 @@ class RtdFinal(Record):
     generator's)."""
 
 
-class PretrainSummary(SentenceFinal, RtdFinal):
+class PinyinFinal(Record):
+    """PLOME's logged accuracy (the pinyin kind, :mod:`tasks.pretraining.objectives.pinyin`)."""
+
+    final_pinyin_accuracy: float | None = absent()
+    """The pinyin head's accuracy (0-1) at the chosen tokens, last logging window."""
+
+
+class PretrainSummary(SentenceFinal, RtdFinal, PinyinFinal):
     """What :func:`tasks.pretraining.pretrain.train` returns (its log rows go to the CSV)."""
 
     steps: int

@@ -93,7 +93,7 @@ RECIPE_KNOBS = ("learning_rate", "batch_size", "accumulation_steps", "warmup_fra
 
 class Objective(_Strict):
     """A pretraining objective: token selection, replacement, sentence task, static or dynamic masking,
-    and the options of SpanBERT (``sbo``), ELECTRA (``rtd``) and PERT (``permutation``)."""
+    and the options of SpanBERT (``sbo``), ELECTRA (``rtd``), PERT (``permutation``) and PLOME (``pinyin``)."""
 
     masking: str = Field(description=f"token selection: one of {', '.join(MASKING_SCHEMES)}")
     replacement: Replacement = Field(description="BERT's 80/10/10 is {mask: 0.8, random: 0.1, keep: 0.1}")
@@ -101,6 +101,8 @@ class Objective(_Strict):
     dynamic: bool = Field(False, description="draw masks at batch time (RoBERTa) instead of in the data")
     sbo: bool = Field(False, description="SpanBERT's span boundary objective beside MLM (masking span)")
     rtd: Rtd | None = Field(None, description="ELECTRA: pretrain a discriminator by replaced-token detection")
+    pinyin: bool = Field(False, description="PLOME's phonic prediction beside MLM: also predict each chosen token's "
+                                            "toneless pinyin (tasks/pretraining/objectives/pinyin.py)")
     permutation: Permutation = Field(default_factory=Permutation, description="PerLM's options (replacement.permute)")
     budget: Literal["tokens", "mlm_flops"] = Field(
         "tokens", description="tokens: pretrain.token_budget tokens; mlm_flops: the model FLOPs an MLM of the same "
@@ -145,6 +147,9 @@ class Objective(_Strict):
                              "has: set dynamic false")
         if self.rtd and (self.replacement.permute or self.replacement.similar or self.replacement.sound or self.sbo):
             raise ValueError("rtd (ELECTRA): its generator is an MLM; use replacement mask/random/keep, no sbo")
+        if self.pinyin and (self.replacement.permute or self.rtd):
+            raise ValueError("pinyin reads the original character at each chosen token: not with permute (PerLM "
+                             "predicts positions) or rtd (ELECTRA's model has no such head)")
         return self
 
 

@@ -15,6 +15,7 @@ the words that describe it in the report:
 ``sound_alike``         sound-alike characters (same pinyin) as the replacement
 ``perlm``               PERT's permuted LM and its ablations (granularity, space, targets)
 ``sbo``                 SpanBERT's span boundary objective
+``pinyin``              PLOME's pinyin prediction at the chosen tokens (a head of its own)
 ``sentence``            NSP / SOP on [CLS]
 ``rtd``                 ELECTRA's replaced-token detection (a model of its own)
 ======================  ========================================================================
@@ -35,12 +36,13 @@ from tasks.pretraining.objectives.base import Kind, Logged, Measure
 from tasks.pretraining.objectives.mac import Mac
 from tasks.pretraining.objectives.masked import Masked, MlmMeasure, mlm_measure
 from tasks.pretraining.objectives.perlm import PerLM
+from tasks.pretraining.objectives.pinyin import Pinyin
 from tasks.pretraining.objectives.rtd import Rtd
 from tasks.pretraining.objectives.sbo import Sbo
 from tasks.pretraining.objectives.sentence import SentenceTask
 from tasks.pretraining.objectives.sound_alike import SoundAlike
 
-KINDS: tuple[Kind, ...] = (Masked(), Mac(), SoundAlike(), PerLM(), Sbo(), Rtd(), SentenceTask())
+KINDS: tuple[Kind, ...] = (Masked(), Mac(), SoundAlike(), PerLM(), Sbo(), Pinyin(), Rtd(), SentenceTask())
 """Every kind, in the order their parts are described and their gates listed."""
 MEASURES: tuple[Measure, ...] = (MlmMeasure(), *(kind.measure for kind in KINDS if kind.measure))
 """Every held-out measure (the MLM family's, then the kinds' own), as the report lists them."""
@@ -148,7 +150,11 @@ class PretrainingObjective:
         from tasks.pretraining.modeling import pretraining_model
 
         options = {k: v for kind in self.kinds for k, v in kind.model_options(self.spec).items()}
-        return pretraining_model(params, tokenizer, seed, init_folder, **options)
+        model = pretraining_model(params, tokenizer, seed, init_folder, **options)
+        for kind in self.kinds:
+            for name, head in kind.heads(self.spec, model.hf.config, tokenizer).items():
+                model.add_head(name, head)
+        return model
 
     def heldout_inputs(self, params, tokenizer, device, split: str | None = None) -> tuple:
         """What the held-out measure of this objective's models needs but the model: the held-out

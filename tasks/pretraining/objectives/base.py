@@ -107,6 +107,12 @@ class Kind:
         """Keyword arguments of :class:`tasks.pretraining.modeling.PretrainingModel`: the heads it adds."""
         return {}
 
+    def heads(self, spec: Objective, config, tokenizer) -> dict:
+        """Heads of its own (:class:`tasks.pretraining.modeling.TokenHead` modules, by name) that the encoder's
+        pretraining model runs at the chosen positions, for an encoder of ``config`` (a ``BertConfig``) and
+        the vocabulary of ``tokenizer``: PLOME's pinyin head."""
+        return {}
+
     def model(self, params, spec: Objective, tokenizer, seed: int):
         """A pretraining model of its own (ELECTRA's generator and discriminator); None: the encoder with
         the kinds' heads."""

@@ -22,20 +22,29 @@ from tasks.pretraining.masking import Substitution
 from tasks.pretraining.objectives.base import Kind
 
 
+def character_readings(vocab: dict[str, int]) -> list[tuple[int, str]]:
+    """``(id, reading)`` of each single CJK character of a vocabulary (``vocab``: token -> id), in id order:
+    its toneless pinyin, pypinyin's most frequent reading (``Style.NORMAL``); characters without one left out."""
+    from pypinyin import Style, lazy_pinyin
+
+    found = []
+    for token, i in sorted(vocab.items(), key=lambda item: item[1]):
+        if len(token) == 1 and "\u4e00" <= token <= "\u9fff":
+            reading = lazy_pinyin(token, style=Style.NORMAL, errors="ignore")
+            if reading:
+                found.append((i, reading[0]))
+    return found
+
+
 def sound_alikes(vocab: dict[str, int], size: int) -> Substitution:
     """The sound-alike table of a vocabulary (``vocab``: token -> id, ids below ``size``).
 
     Returns:
         :class:`tasks.pretraining.masking.Substitution` ``sound``: each single CJK character's
         candidates, the other characters of its toneless pinyin in id order; none for other tokens."""
-    from pypinyin import Style, lazy_pinyin
-
     readings: dict[str, list[int]] = {}
-    for token, i in sorted(vocab.items(), key=lambda item: item[1]):
-        if len(token) == 1 and "\u4e00" <= token <= "\u9fff":
-            reading = lazy_pinyin(token, style=Style.NORMAL, errors="ignore")
-            if reading:
-                readings.setdefault(reading[0], []).append(i)
+    for i, reading in character_readings(vocab):
+        readings.setdefault(reading, []).append(i)
     candidates: list[list[int]] = [[] for _ in range(size)]
     for ids in readings.values():
         for i in ids:
