@@ -55,7 +55,8 @@ class Measure:
         Args:
             models: as :meth:`load` returns them (or a model in memory's ``saved()``).
             ids, offsets: the held-out sequences in flat layout;
-            masks: :func:`tasks.pretraining.heldout.evaluate_mlm`'s keyword arguments (``heldout_inputs`` of :class:`tasks.pretraining.objectives.PretrainingObjective`);
+            masks: :func:`tasks.pretraining.heldout.evaluate_mlm`'s keyword arguments (``heldout_inputs`` of
+                :class:`tasks.pretraining.objectives.PretrainingObjective`);
             unigram: :func:`tasks.pretraining.heldout.corpus_unigram`.
         """
         raise NotImplementedError

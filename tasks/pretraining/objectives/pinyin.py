@@ -91,5 +91,6 @@ class Pinyin(Kind):
         if data.masker is not None:  # dynamic: no stored labels to count the trivial rate on
             return []
         trivial = trivial_rate(np.concatenate(data.labels), model.heads["pinyin"].classes.numpy())
-        return [training_log_gate(rows, "pinyin_accuracy", cfg.batch_size * cfg.log_every * float(data.predictions.mean()),
-                                  "pinyin accuracy above always the most frequent reading", trivial)]
+        per_row = cfg.batch_size * cfg.log_every * float(data.predictions.mean())  # chosen tokens a log row
+        return [training_log_gate(rows, "pinyin_accuracy", per_row, "pinyin accuracy above always the most "
+                                  "frequent reading", trivial)]
