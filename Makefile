@@ -60,6 +60,7 @@ bench: setup
 	python benchmarks/pretraining_data.py
 	python benchmarks/packing.py
 	python benchmarks/pretrain_step.py
+	python benchmarks/bf16.py
 	python benchmarks/seeds_side_by_side.py
 	python benchmarks/finetune_step.py
 	python benchmarks/distill_step.py

@@ -26,8 +26,8 @@ def commit(files: list[str] = ()) -> tuple[str | None, list[str]]:
     """The commit the figures are taken at and which of ``files`` (paths from the repository root: the
     code a benchmark runs) differ from it (uncommitted changes, untracked files). Outside a git checkout
     (the GPU machine's copy of the tree) the commit is ``$BENCH_COMMIT``, which the sender sets (else None)."""
-    def git(*args: str) -> str:
-        return subprocess.run(["git", *args], capture_output=True, text=True, check=True, cwd=ROOT).stdout.strip()
+    def git(*args: str) -> str:  # not strip(): a porcelain line starts with a space (" M path")
+        return subprocess.run(["git", *args], capture_output=True, text=True, check=True, cwd=ROOT).stdout.rstrip()
 
     try:
         head = git("rev-parse", "--short=12", "HEAD")

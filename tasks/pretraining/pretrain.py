@@ -35,6 +35,7 @@ from tasks.pretraining.flops import mlm_flops
 from tasks.pretraining.modeling import PretrainingModule
 from tasks.pretraining.objectives.base import Logged
 from tasks.training.batching import BatchSchedule
+from tasks.training.device import use_bf16
 from tasks.training.distributed import Ranks
 from tasks.training.loop import Step, check_finite, run, time_left
 from tasks.training.optim import optimizer_for
@@ -179,6 +180,9 @@ class PretrainingRun:
             self.total = equal_flops_steps(model, data, self.schedule, self.total)
         model.to(device).train()
         self.opt = optimizer_for(model, cfg.learning_rate, cfg.weight_decay, fused=cfg.fused_adamw)
+        self.bf16 = use_bf16(cfg.bf16, device, model.hf.config.hidden_size)
+        if self.bf16 and device.type == "cpu":
+            self.log(f"bf16 autocast on this CPU's native bf16 (pretrain.bf16: {str(cfg.bf16).lower()})")
         self.start, self.tokens, self.rows, self.elapsed_before, self.flops = 0, 0, [], 0.0, 0.0
         self.count_flops = getattr(model, "flops", None)
         self.at_step = {max(1, round(f * self.total)): f for f in snapshots}
@@ -276,13 +280,13 @@ class PretrainingRun:
         # PerLM predicting positions only: the MLM head's transform gets no gradient (unused parameters).
         run(model, self, self.opt, steps=range(self.start, self.total), total=self.total, peak_lr=cfg.learning_rate,
             warmup_fraction=cfg.warmup_fraction, max_grad_norm=cfg.max_grad_norm, device=self.device,
-            ranks=self.ranks, bf16=cfg.bf16, find_unused_parameters=model.unused_parameters,
+            ranks=self.ranks, bf16=self.bf16, find_unused_parameters=model.unused_parameters,
             after_step=self.after_step)
         wall, last = self.elapsed(), self.rows[-1] if self.rows else {}
         return {"steps": self.total, "tokens": self.tokens, "final_loss": last.get("loss"),
                 "final_token_accuracy": last.get("token_accuracy"),
                 **{f"final_{part.column}": last.get(part.column) for part in self.logged if part.per != "step"},
-                "wall_sec": round(wall, 2),
+                "wall_sec": round(wall, 2), "precision": "bf16" if self.bf16 else "fp32",
                 **({"flops": self.flops} if self.count_flops else {}),
                 "tokens_per_sec": round(self.tokens / wall, 1) if wall else None,
                 "peak_memory_mb": round(peak_memory_mb(self.device), 1), "threads": torch.get_num_threads(),

@@ -1,16 +1,25 @@
 """Device choice, mixed precision and the CUDA switches, shared by pretraining, fine-tuning
 and the analyses.
 
-The CUDA switches (bf16 autocast, TF32) are no-ops on CPU, so a CPU run gives the same
-numbers whatever ``pretrain`` says about them (fused AdamW, :mod:`tasks.training.optim`,
-acts on both).
+TF32 is a no-op on CPU. bf16 autocast runs on CUDA, and in pretraining also on a CPU with native
+bf16 matmuls (``avx512_bf16`` or AMX) where the model is wide enough for it to pay
+(:func:`use_bf16`); fine-tuning and the analyses run fp32 on CPU. Fused AdamW
+(:mod:`tasks.training.optim`) acts on both.
 """
 
 from __future__ import annotations
 
+from typing import Literal
+
 import torch
 
 from tasks.core.errors import ParamsError
+from tasks.core.machine import cpu
+
+BF16_CPU_MIN_HIDDEN = 256
+"""``pretrain.bf16: auto`` on a CPU with native bf16: autocast from this hidden size up. Measured on a 2-core
+Xeon with AMX, one pretraining step against fp32 (benchmarks/results/bf16.json): H128 L2 (the tiny preset)
+0.93-0.99x, H256 L4 1.25-1.31x, BERT-base 2.0x. Below it the casts cost what the matmuls gain."""
 
 
 def resolve_device(name: str = "auto", key: str = "device") -> torch.device:
@@ -41,10 +50,28 @@ def resolve_device(name: str = "auto", key: str = "device") -> torch.device:
     return device
 
 
-def autocast(device: torch.device, bf16: bool = True):
-    """bf16 autocast on CUDA when ``bf16`` (mixed precision: matmuls in bf16, reductions and
-    the losses in fp32); a no-op on CPU, where fp32 is faster for small models."""
-    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16 and device.type == "cuda")
+def cpu_has_bf16() -> bool:
+    """This CPU multiplies bf16 natively (``avx512_bf16`` or ``amx_bf16`` in ``/proc/cpuinfo``). Elsewhere
+    (AVX2 only) torch emulates it, at about 0.07x the fp32 rate."""
+    return bool({"avx512_bf16", "amx_bf16"} & set(cpu()["isa"]))
+
+
+def use_bf16(setting: bool | Literal["auto"], device: torch.device, hidden_size: int) -> bool:
+    """Whether pretraining runs under bf16 autocast, from ``pretrain.bf16``: ``false`` never; ``true`` on CUDA
+    and on a CPU with native bf16 (:func:`cpu_has_bf16`; fp32 elsewhere: emulated bf16 is far slower);
+    ``auto`` on CUDA, and on such a CPU for an encoder of ``hidden_size`` >= :data:`BF16_CPU_MIN_HIDDEN`."""
+    if setting is False or device.type not in ("cuda", "cpu"):
+        return False
+    if device.type == "cuda":
+        return True
+    return cpu_has_bf16() and (setting is True or hidden_size >= BF16_CPU_MIN_HIDDEN)
+
+
+def autocast(device: torch.device, bf16: bool | None = None):
+    """bf16 autocast (mixed precision: matmuls in bf16, reductions and the losses in fp32) when ``bf16``;
+    None: on CUDA only (fine-tuning and the analyses: fp32 on CPU)."""
+    enabled = device.type == "cuda" if bf16 is None else bf16
+    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=enabled)
 
 
 def set_tf32(device: torch.device, enabled: bool) -> None:

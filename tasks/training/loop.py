@@ -4,7 +4,7 @@ A stage supplies its model, its batches and its loss (:class:`Objective`); :func
 rest, once for all three: the learning-rate schedule (linear warm-up then linear decay, BERT's:
 :func:`tasks.training.optim.learning_rate`), DDP (the model wrapped; gradients synchronised on a
 step's last micro-batch only), each micro-batch moved to the device (pinned and asynchronous on
-CUDA: :func:`tasks.training.device.to_device`), bf16 autocast on CUDA, backward, gradient-norm
+CUDA: :func:`tasks.training.device.to_device`), bf16 autocast (``bf16``), backward, gradient-norm
 clipping and the optimizer step. Losses stay on the device: a stage reads them when it logs
 (:class:`History`, or pretraining's window), so the host never waits for the GPU each step.
 
@@ -56,7 +56,7 @@ class Step:
 
 def run(model: torch.nn.Module, objective: Objective, opt: torch.optim.Optimizer, *, steps: range, total: int,
         peak_lr: float, warmup_fraction: float, max_grad_norm: float, device: torch.device,
-        ranks: Ranks = Ranks(), bf16: bool = True, find_unused_parameters: bool = False,
+        ranks: Ranks = Ranks(), bf16: bool | None = None, find_unused_parameters: bool = False,
         params: Iterable[torch.nn.Parameter] | None = None,
         after_step: Callable[[Step], None] = lambda _: None) -> None:
     """Train ``model`` (already on ``device``, in train mode, with ``opt`` built on it) for ``steps``
@@ -65,6 +65,8 @@ def run(model: torch.nn.Module, objective: Objective, opt: torch.optim.Optimizer
     Args:
         params: the parameters whose gradient norm is clipped at ``max_grad_norm`` (default: the model's).
         find_unused_parameters: DDP must not wait for parameters the loss leaves unused.
+        bf16: run the forward passes under bf16 autocast (None: on CUDA only;
+            :func:`tasks.training.device.autocast`).
     """
     net = wrap(model, ranks, device, find_unused_parameters=find_unused_parameters)
     params = list(model.parameters() if params is None else params)

@@ -131,6 +131,9 @@ class PretrainSummary(SentenceFinal, RtdFinal, PinyinFinal):
     from before they were counted."""
     tokens_per_sec: float | None
     """Tokens per wall-clock second (1 decimal)."""
+    precision: Literal["fp32", "bf16"] = absent()
+    """The forward passes' matmuls: bf16 autocast or fp32 (``pretrain.bf16``:
+    :func:`tasks.training.device.use_bf16`); absent in runs from before CPUs could run bf16."""
     peak_memory_mb: float
     """Peak memory in MiB (2^20 bytes): CUDA allocations on GPU, resident set size on CPU."""
 

@@ -275,9 +275,11 @@ class Pretrain(_Strict):
                                 "set_num_threads): float rounding depends on them, so they are part of the recipe "
                                 "and no number of study workers changes a result; null: the process's own",
                                 json_schema_extra=INFRASTRUCTURE)
-    # GPU options (tasks.pretraining.modeling.prepare_model); bf16 and tf32 are no-ops on CPU
-    bf16: bool = Field(True, description="CUDA: bf16 autocast (mixed precision); CPU runs fp32 whatever this says",
-                       json_schema_extra=INFRASTRUCTURE)
+    # precision and speed (tasks.pretraining.modeling.prepare_model, tasks.training.device.use_bf16)
+    bf16: bool | Literal["auto"] = Field(
+        "auto", description="bf16 autocast (mixed precision): true on CUDA and on CPUs with native bf16 "
+        "(avx512_bf16 or AMX; fp32 elsewhere); auto: the same, but on CPU only from hidden size 256, below which "
+        "it does not pay; false: fp32", json_schema_extra=INFRASTRUCTURE)
     tf32: bool = Field(True, description="CUDA: TF32 tensor cores for the fp32 matmuls left outside autocast",
                        json_schema_extra=INFRASTRUCTURE)
     fused_adamw: bool = Field(True, description="the fused AdamW kernel (CPU and CUDA): one kernel for all parameters",
