@@ -17,9 +17,8 @@ this CPU's fp32 and bf16 matmul peaks, measured here.
 * Levers on the pipeline's step, each its own side: AdamW without the fused kernel, as its
   per-tensor ``loop`` (PyTorch's default on CPU) or ``foreach`` (multi-tensor ops per
   parameter group), and a batch 4x larger (tokens/s only: sample efficiency is a separate
-  question). bf16 autocast is measured over whole runs, held-out loss beside it
-  (``benchmarks/bf16.py``): as a side here, in blocks of 20 steps between eight others, it read
-  0.42x fp32 on the tiny model, where blocks of 150 steps read 0.93-0.99x.
+  question). bf16 autocast is measured over whole pretraining runs, the held-out loss beside it
+  (``benchmarks/bf16.py``).
 * Other objectives' steps on the same batches (a step's cost does not depend on which positions
   are masked): ``electra`` (:class:`tasks.pretraining.objectives.electra.ElectraPretrainingModel`: the
   generator of a quarter of the width, sampling, the discriminator on every token) and
