@@ -2,6 +2,8 @@
 hidden size 256 under ``auto``), and a small model trained in bf16 reaching fp32's held-out loss at the
 same budget, within fp32's 95% interval over held-out sequences."""
 
+import importlib.util
+
 import numpy as np
 import pyarrow as pa
 import pytest
@@ -10,12 +12,16 @@ from transformers import BertConfig, BertForMaskedLM
 
 from tasks.core.params import Pretrain
 from tasks.pretraining.examples import PretrainingExamples
-from tasks.pretraining.heldout import evaluate_mlm
 from tasks.pretraining.modeling import PretrainingModel
 from tasks.pretraining.pretrain import train
-from tasks.report.statistics import Outcomes, interval, mean_of
+from tasks.report.statistics import Outcomes, interval
 from tasks.training import device as device_module
 from tasks.training.device import BF16_CPU_MIN_HIDDEN, use_bf16
+from tests.conftest import ROOT
+
+_spec = importlib.util.spec_from_file_location("bf16_benchmark", ROOT / "benchmarks" / "bf16.py")
+BENCHMARK = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(BENCHMARK)
 
 CPU, CUDA = torch.device("cpu"), torch.device("cuda")
 VOCAB, MASK = 40, 3
@@ -53,14 +59,11 @@ def examples(sequences: list[np.ndarray], seed: int) -> PretrainingExamples:
 
 
 def heldout_loss(model: PretrainingModel) -> Outcomes:
-    """Held-out loss per sequence as counts (loss sum, positions): the same masked positions for every model."""
+    """Held-out loss per sequence as counts (loss sum, positions), by the benchmark's own measure
+    (``benchmarks/bf16.py``): the same masked positions for every model."""
     held = counting(300, seed=7)
-    offsets = np.cumsum([0] + [len(s) for s in held])
-    scores = evaluate_mlm(model.hf, np.concatenate(held), offsets, lang="test", seed=0, mask_token_id=MASK,
-                          masked_lm_prob=0.15, max_predictions=5, device=CPU, positions=True)
-    p = scores["positions"]
-    sums = np.stack([np.bincount(p["rows"], p["losses"], len(held)), np.bincount(p["rows"], minlength=len(held))], 1)
-    return Outcomes(sums[None, None], mean_of())
+    masks = dict(lang="test", seed=0, mask_token_id=MASK, masked_lm_prob=0.15, max_predictions=5, device=CPU)
+    return BENCHMARK.heldout_loss(model, np.concatenate(held), np.cumsum([0] + [len(s) for s in held]), masks)
 
 
 def test_a_small_model_trained_in_bf16_reaches_fp32s_held_out_loss(tmp_path, monkeypatch):
