@@ -1,7 +1,9 @@
 """bf16 autocast against fp32 in pretraining on this CPU: whole pretraining runs of the pipeline's loop,
 both precisions side by side in one process, each run's tokens/s and its held-out MLM loss at a quarter,
 half and all of the same budget, with fp32's 95% interval; on the default model at the default budget and
-on a wider one (H256 L4) where bf16's matmuls pay.
+on a wider one (H256 L4) where bf16's matmuls pay. On the default model also ``bf16_ragged``: bf16 with each
+batch at its own width, as fp32 runs (the loop widens CPU bf16 batches to a multiple of
+:data:`tasks.pretraining.pretrain.CPU_BF16_WIDTH_MULTIPLE`, for oneDNN's per-shape primitives).
 
 * Runs: :func:`tasks.pretraining.pretrain.train` as stage ``pretrain@mlm-42`` calls it: the data
   ``data/pretraining/mlm-42`` (``dvc repro pretraining_data@mlm``), the recipe its sweep chose
@@ -39,6 +41,7 @@ from tasks.core.params import load_params
 from tasks.pretraining.examples import PretrainingExamples
 from tasks.pretraining.heldout import evaluate_mlm
 from tasks.pretraining.objectives import build
+from tasks.pretraining import pretrain as pretrain_module
 from tasks.pretraining.pretrain import train
 from tasks.pretraining.pretraining_data import read_shards
 from tasks.pretraining.recipe import recipe
@@ -66,10 +69,9 @@ def point(o: Outcomes) -> dict:
     return {"loss": round(o.estimate, 4), "low": round(float(band.low), 4), "high": round(float(band.high), 4)}
 
 
-def pretrain(params, name: str, bf16: bool, budget: int, heldout: tuple) -> tuple[dict, Outcomes]:
+def pretrain(params, tokenizer, name: str, bf16: bool, budget: int, heldout: tuple) -> tuple[dict, Outcomes]:
     """One whole pretraining run at ``precision``; its tokens/s and held-out curve, and its final held-out loss."""
     pretraining, seed = build(params, "mlm"), params.pretrain.seeds[0]
-    tokenizer = AutoTokenizer.from_pretrained(paths.TOKENIZER)
     data = PretrainingExamples.from_table(read_shards(paths.PRETRAINING / paths.seeded("mlm", seed)),
                                           pretraining.masker(seed, tokenizer, paths.LEXICON))
     cfg, _ = recipe(params, "mlm", paths.RECIPES / "mlm.json")
@@ -115,26 +117,34 @@ def main(argv: list[str] | None = None) -> int:
     figures = {}
     for size, (p, tokens) in sizes.items():
         runs, finals = {}, {}
-        for precision in ("fp32", "bf16"):
-            runs[precision], finals[precision] = pretrain(p, f"{size}-{precision}", precision == "bf16", tokens,
-                                                          (ids, offsets, masks))
+        for precision in ("fp32", "bf16") + (("bf16_ragged",) if size == "default" else ()):
+            multiple = pretrain_module.CPU_BF16_WIDTH_MULTIPLE
+            pretrain_module.CPU_BF16_WIDTH_MULTIPLE = 1 if precision == "bf16_ragged" else multiple
+            try:
+                runs[precision], finals[precision] = pretrain(p, tokenizer, f"{size}-{precision}", precision != "fp32",
+                                                              tokens, (ids, offsets, masks))
+            finally:
+                pretrain_module.CPU_BF16_WIDTH_MULTIPLE = multiple
             r = runs[precision]
             print(f"{size:>8} {precision}: {r['tokens_per_sec']:,.0f} tokens/s, {r['train_seconds']:.0f} s; held-out "
                   f"loss " + ", ".join(f"{k}: {v['loss']:.3f} [{v['low']:.3f}, {v['high']:.3f}]"
                                        for k, v in r["heldout"].items()), flush=True)
         diff = compare(finals["bf16"], finals["fp32"])
         m = p.model
+        ratios = {f"{side}_vs_fp32_tokens_per_sec": round(r["tokens_per_sec"] / runs["fp32"]["tokens_per_sec"], 2)
+                  for side, r in runs.items() if side != "fp32"}
         figures[size] = {
             "model": f"L{m.num_hidden_layers} H{m.hidden_size} A{m.num_attention_heads}", "token_budget": tokens,
-            **runs, "bf16_vs_fp32_tokens_per_sec": round(runs["bf16"]["tokens_per_sec"] / runs["fp32"]["tokens_per_sec"], 2),
+            **runs, **ratios,
             "bf16_minus_fp32": {"loss": round(diff.difference, 4), "low": round(float(diff.low), 4),
                                 "high": round(float(diff.high), 4)},
             "bf16_within_fp32_interval": runs["fp32"]["heldout"]["1.0"]["low"] <= runs["bf16"]["heldout"]["1.0"]["loss"]
             <= runs["fp32"]["heldout"]["1.0"]["high"]}
         f = figures[size]
-        print(f"{size:>8}: bf16 / fp32 tokens/s x{f['bf16_vs_fp32_tokens_per_sec']:.2f}; held-out loss bf16 - fp32 "
-              f"{diff.difference:+.3f} [{diff.low:+.3f}, {diff.high:+.3f}], bf16 within fp32's interval: "
-              f"{f['bf16_within_fp32_interval']}", flush=True)
+        against = ", ".join(f"{k.split('_vs')[0]} x{v:.2f}" for k, v in ratios.items())
+        print(f"{size:>8}: tokens/s against fp32 {against}; held-out loss bf16 - fp32 {diff.difference:+.3f} "
+              f"[{diff.low:+.3f}, {diff.high:+.3f}], bf16 within fp32's interval: {f['bf16_within_fp32_interval']}",
+              flush=True)
     write_results("bf16", {"objective": "mlm-42", "batch_size": params.pretrain.batch_size,
                            "heldout": f"{params.curves.heldout_task} dev, {len(offsets) - 1} sequences",
                            "wide": WIDE, "wide_fraction": args.wide_fraction}, figures)

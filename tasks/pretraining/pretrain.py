@@ -47,11 +47,15 @@ Snapshot = Callable[[float, dict], None]
 ``step``, ``tokens``, ``seconds`` and ``flops`` so far (called on rank 0)."""
 
 
-# On CUDA a batch's width is padded to a multiple of this: length-grouped batches come in up to
-# max_seq_length widths, and each new shape costs an eager step its kernel selection (bert-base,
-# H100, the pipeline's data: 213k -> 330k tokens/s, benchmarks/README.md#gpu_check); 8 also keeps
-# bf16 tensor-core tiles aligned (Hugging Face's pad_to_multiple_of=8). CPU batches keep their width.
+# A batch's width is padded to a multiple of these: length-grouped batches come in up to max_seq_length
+# widths, and each new shape costs a step its kernel selection. On CUDA (bert-base, H100, the pipeline's
+# data: 213k -> 330k tokens/s, benchmarks/README.md#gpu_check); 8 also keeps bf16 tensor-core tiles
+# aligned (Hugging Face's pad_to_multiple_of=8). On a CPU under bf16, oneDNN builds an AMX/AVX-512 bf16
+# primitive per shape and its cache (1,024 entries by default) thrashes on ragged widths (side
+# bf16_ragged of benchmarks/results/bf16.json). CPU fp32 batches keep their width: the padding would
+# cost more than the shapes.
 GPU_WIDTH_MULTIPLE = 8
+CPU_BF16_WIDTH_MULTIPLE = 16
 WIDE_KEYS = ("input_ids", "attention_mask", "token_type_ids")
 
 
@@ -181,8 +185,12 @@ class PretrainingRun:
         model.to(device).train()
         self.opt = optimizer_for(model, cfg.learning_rate, cfg.weight_decay, fused=cfg.fused_adamw)
         self.bf16 = use_bf16(cfg.bf16, device, model.hf.config.hidden_size)
-        if self.bf16 and device.type == "cpu":
-            self.log(f"bf16 autocast on this CPU's native bf16 (pretrain.bf16: {str(cfg.bf16).lower()})")
+        if device.type == "cpu" and (self.bf16 or cfg.bf16 is True):
+            self.log(f"bf16 autocast on this CPU's native bf16 (pretrain.bf16: {str(cfg.bf16).lower()})"
+                     if self.bf16 else "pretrain.bf16: true, but this CPU has no native bf16 (avx512_bf16 or "
+                     "amx_bf16): fp32 (emulated bf16 runs at about 0.07x fp32)")
+        self.width_multiple = GPU_WIDTH_MULTIPLE if device.type == "cuda" else (
+            CPU_BF16_WIDTH_MULTIPLE if self.bf16 else 1)
         self.start, self.tokens, self.rows, self.elapsed_before, self.flops = 0, 0, [], 0.0, 0.0
         self.count_flops = getattr(model, "flops", None)
         self.at_step = {max(1, round(f * self.total)): f for f in snapshots}
@@ -231,8 +239,8 @@ class PretrainingRun:
                 b["position_weight"] = torch.tensor(ranks.world * float(b["attention_mask"].sum())
                                                     / float(data.lengths[index].sum()))
                 b["sentence_weight"] = torch.tensor(ranks.world * len(b["input_ids"]) / len(index))
-        if self.device.type == "cuda":
-            return [pad_width(b, GPU_WIDTH_MULTIPLE, self.longest) for b in micro]
+        if self.width_multiple > 1:
+            return [pad_width(b, self.width_multiple, self.longest) for b in micro]
         return micro
 
     def loss(self, net, batch: dict[str, torch.Tensor], step: int) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
