@@ -286,3 +286,16 @@ def test_metrics_strict_boundaries():
     assert m["f1"] == pytest.approx(2 * (1 / 2) * (1 / 3) / (1 / 2 + 1 / 3))
     assert m["per_type"]["LOC"] == {"precision": 0.5, "recall": 0.5, "f1": 0.5, "support": 2}
     assert m["per_type"]["PER"] == {"precision": 0.0, "recall": 0.0, "f1": 0.0, "support": 1}
+
+
+@pytest.mark.parametrize("policy", ["skip", "repair"])
+def test_a_file_in_another_scheme_is_refused_naming_the_tags_and_the_scheme_that_fits(tmp_path, policy):
+    """BIO read as BMES would skip every I- tag and so lose most entities (rc 0 before): past a few stray tags the
+    file is refused under every policy; a few stray tags are still skipped one by one."""
+    sentence = "张 B-PER\n三 I-PER\n在 O\n北 B-LOC\n京 I-LOC\n\n"
+    with pytest.raises(SourceError, match=r"f.txt: tagged B- 24, I- 24, not in the declared scheme bmes "
+                                          r"\(B/M/E/S/O\): declare scheme: bio or bioes"):
+        read_conll(write(tmp_path, sentence * 12), "bmes", Issues(policy))
+    stray = "张 B-PER\n三 E-PER\n\n" * 200 + sentence  # 2 of 404 entity tags: skipped, counted
+    issues = Issues(policy)
+    assert len(read_conll(write(tmp_path, stray), "bmes", issues)) == 200 and issues.counts == {"tag_skipped": 1}

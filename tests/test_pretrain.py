@@ -11,6 +11,7 @@ import pytest
 import torch
 from transformers import BertConfig, BertForMaskedLM
 
+from tasks.core.errors import ParamsError
 from tasks.core.params import Pretrain, PretrainingData
 from tasks.pretraining.masking import MaskingConfig, mask_batch
 from tasks.pretraining.modeling import PretrainingModel
@@ -647,3 +648,20 @@ def test_a_sweep_setting_leaves_no_checkpoint_or_lock_and_records_its_gates(tmp_
                                                     "loss 0.1 nats below the unigram loss",
                                                     "mean cosine between token states"]
     assert result["score"] == -result["loss"] and result["steps"] > 0
+
+
+def test_a_budget_too_small_for_the_snapshots_is_refused_naming_the_budget_that_fits(tmp_path):
+    """Snapshots at 1/8, 1/4 and 1/2 of a 3-step run fall on the same steps: one was never kept and a later stage
+    died with FileNotFoundError. The run now stops before training, naming a budget that keeps them apart."""
+    data, kept = tiny_data(), []
+    setting = cfg(token_budget=150)
+    with pytest.raises(ParamsError, match=r"pretrain.token_budget: 150 tokens make \d step\(s\) of 4 sequences, too "
+                                          r"few to keep the snapshots at \[0.125, 0.25, 0.5\] of the budget at "
+                                          r"distinct steps: give at least (\d|,)+$") as raised:
+        train.fn(tiny_model(), data, setting, seed=1, device=torch.device("cpu"), checkpoint=tmp_path / "c.pt",
+                 fingerprint="f", log=lambda _: None, snapshots=(0.125, 0.25, 0.5))
+    enough = int(str(raised.value).rsplit(" ", 1)[1].replace(",", ""))
+    train.fn(tiny_model(), data, cfg(token_budget=enough), seed=1, device=torch.device("cpu"),
+             checkpoint=tmp_path / "c.pt", fingerprint="f", log=lambda _: None, snapshots=(0.125, 0.25, 0.5),
+             snapshot=lambda fraction, at: kept.append(fraction))
+    assert kept == [0.125, 0.25, 0.5]

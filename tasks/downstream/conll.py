@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from tasks.core.errors import SourceError
 from tasks.core.io import numbered_lines
 from tasks.core.quality import Issues
 from tasks.core.text import normalise
@@ -27,6 +28,27 @@ SCHEMES: dict[str, dict[str, str]] = {
     "bmes": {"B": "B", "M": "I", "E": "I", "S": "B"},
 }
 _COLUMNS = re.compile(r"[ \t]+")
+SCHEME_TOLERANCE = (10, 0.01)
+"""How many of a file's entity tags, and what share of them, may have a prefix outside its declared scheme (stray
+tags, skipped one by one); past both the file is in another scheme (BIO read as BMES loses every ``I-`` entity)
+and is refused."""
+
+
+def _check_scheme(path: Path, scheme: str, prefixes: dict[str, int]) -> None:
+    """Refuse a file whose tag prefixes (``prefixes``: count of each, ``O`` left out) are another scheme's.
+
+    Raises:
+        SourceError: more of the entity tags than :data:`SCHEME_TOLERANCE` allows have a prefix ``scheme`` lacks; names
+            the file, the prefixes seen and the schemes that hold them.
+    """
+    foreign = sum(n for p, n in prefixes.items() if p not in SCHEMES[scheme])
+    count, share = SCHEME_TOLERANCE
+    if foreign <= max(count, share * sum(prefixes.values())):
+        return
+    seen = ", ".join(f"{p}- {n:,}" for p, n in sorted(prefixes.items()))
+    fits = [name for name, known in SCHEMES.items() if set(prefixes) <= set(known)]
+    raise SourceError(f"{path}: tagged {seen}, not in the declared scheme {scheme} ({'/'.join(SCHEMES[scheme])}/O)"
+                      + (f": declare scheme: {' or '.join(fits)}" if fits else ""))
 
 
 @dataclass(frozen=True)
@@ -160,8 +182,8 @@ def read_conll(path: Path, scheme: str, issues: Issues, labels: list[str] | None
         labels: allowed entity types, as a BIO label list (:func:`label_list`) or bare types.
         id_prefix: prefix of sentence ids; the file stem when empty.
     Raises:
-        SourceError: the file is not UTF-8 (names file and line); or a malformed
-            record under policy ``fail`` (names file and line).
+        SourceError: the file is not UTF-8 (names file and line); a malformed record under policy ``fail``
+            (names file and line); or the file is in another scheme (:func:`_check_scheme`), under every policy.
         ValueError: unknown ``scheme``.
     """
     if scheme not in SCHEMES:
@@ -181,13 +203,18 @@ def read_conll(path: Path, scheme: str, issues: Issues, labels: list[str] | None
             count += 1
             rows.clear()
 
+    prefixes: dict[str, int] = {}
     for number, line in numbered_lines(path):
         line = line.strip(" \t")
         if not line or line.startswith("-DOCSTART-"):
             close()
         else:
             rows.append((number, _COLUMNS.split(line)))
+            tag = rows[-1][1][-1]
+            if tag != "O":
+                prefixes[tag.partition("-")[0]] = prefixes.get(tag.partition("-")[0], 0) + 1
     close()
+    _check_scheme(path, scheme, prefixes)
     return sentences
 
 

@@ -29,6 +29,7 @@ from tasks.downstream.conll import ner_sentences, ner_table, read_conll
 from tasks.downstream.families import FAMILIES
 from tasks.downstream.ner_mrc import DEFAULT_QUERIES, ner_to_mrc
 from tasks.downstream.polarity import deduplicate, read_polarity_lines, split_table
+from tasks.downstream.records import table_labels
 from tasks.downstream.squad import located, mrc_examples, mrc_table, read_squad
 from tasks.downstream.tables import read_table
 
@@ -99,7 +100,8 @@ def prepare_task(name: str, spec: DownstreamTask, raw_dir: Path, seed: int) -> t
         ``({split: table}, stats)``; stats hold the rows per split, the label or
         entity distribution and the malformed-record counts.
     Raises:
-        SourceError: a file is missing or malformed under ``malformed: fail``, a split is empty,
+        SourceError: a file is missing or malformed under ``malformed: fail`` (a dev or test label that train lacks,
+            when ``data.labels`` is unset, is malformed: dropped and counted under skip and repair), a split is empty,
             or a classification split has fewer than 2 classes (names the split and its class counts).
         ParamsError: loader ``table``'s ``data.columns`` name an unknown role, or both ``label`` and ``score``.
     """
@@ -113,8 +115,13 @@ def prepare_task(name: str, spec: DownstreamTask, raw_dir: Path, seed: int) -> t
         examples, stats["deduplication"] = deduplicate(read_polarity_lines(files))
         parts = {"all": split_table(name, examples)}
     else:
-        parts = {role: LOADERS[data.loader](data, source_file(raw_dir, data.source, file), issues, role)
-                 for role, file in sorted(data.files.items())}
+        parts = {}
+        # train (or all) first: a loader that numbers the labels it sees (clue_jsonl) numbers every file's
+        # by train's list, so a class index means one label in every split and a label train lacks is reported
+        for role, file in sorted(data.files.items(), key=lambda item: (item[0] not in ("train", "all"), item[0])):
+            parts[role] = LOADERS[data.loader](data, source_file(raw_dir, data.source, file), issues, role)
+            if data.labels is None and role in ("train", "all") and table_labels(parts[role]) is not None:
+                data = data.model_copy(update={"labels": table_labels(parts[role])})
     pool = parts.pop("all", None)
     if pool is not None:
         parts.setdefault("train", pool)

@@ -17,6 +17,7 @@ of stages ``pretrain`` and ``continue_pretrain``.
 from __future__ import annotations
 
 import csv
+import itertools
 import math
 import os
 import resource
@@ -27,6 +28,7 @@ from typing import Callable
 
 import torch
 
+from tasks.core.errors import ParamsError
 from tasks.core.params import Pretrain
 from tasks.core.stage import stage_task
 from tasks.pretraining.checkpoint import exclusive, load_checkpoint, save_checkpoint
@@ -68,6 +70,11 @@ def pad_width(batch: dict[str, torch.Tensor], multiple: int, limit: int) -> dict
     if extra <= 0:
         return batch
     return {k: torch.nn.functional.pad(v, (0, extra)) if k in WIDE_KEYS else v for k, v in batch.items()}
+
+
+def snapshot_steps(fractions: tuple[float, ...], total: int) -> dict[int, float]:
+    """The step at which each fraction of a ``total``-step run is kept (rounded, at least 1): ``{step: fraction}``."""
+    return {max(1, round(f * total)): f for f in fractions}
 
 
 def total_steps_for(budget_tokens: int, batch_size: int, mean_length: float) -> int:
@@ -134,7 +141,8 @@ def train(model: PretrainingModule, data: PretrainingExamples, cfg: Pretrain, *,
         wall time, throughput, peak memory, threads, model FLOPs (``model.flops``: None for a model
         without it), and the log rows (:func:`log_fields`), the same on every rank.
     Raises:
-        ParamsError: the global batch does not split over processes and accumulation steps.
+        ParamsError: the global batch does not split over processes and accumulation steps; the budget makes too
+            few steps for ``snapshots`` at distinct steps (names the budget that does).
     """
     with exclusive(checkpoint) if ranks.is_main else nullcontext(), intra_op_threads(cfg.threads, device, log):
         return PretrainingRun(model, data, cfg, seed, device, checkpoint, fingerprint, log, ranks, snapshots, snapshot,
@@ -193,7 +201,14 @@ class PretrainingRun:
             CPU_BF16_WIDTH_MULTIPLE if self.bf16 else 1)
         self.start, self.tokens, self.rows, self.elapsed_before, self.flops = 0, 0, [], 0.0, 0.0
         self.count_flops = getattr(model, "flops", None)
-        self.at_step = {max(1, round(f * self.total)): f for f in snapshots}
+        self.at_step = snapshot_steps(snapshots, self.total)
+        wanted = len(set(snapshots))
+        if len(self.at_step) < wanted:
+            fits = next(t for t in itertools.count(self.total) if len(snapshot_steps(snapshots, t)) == wanted)
+            raise ParamsError(f"pretrain.token_budget: {cfg.token_budget:,} tokens make {self.total} step(s) of "
+                              f"{cfg.batch_size} sequences, too few to keep the snapshots at {list(snapshots)} of "
+                              f"the budget at distinct steps: give at least "
+                              f"{math.ceil(fits * cfg.batch_size * float(data.lengths.mean())):,}")
         windows = self._resume(seed)
         self.accumulate = ranks.world > 1 or cfg.accumulation_steps > 1
         self.longest = int(data.lengths.max())
