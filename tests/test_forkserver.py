@@ -82,6 +82,28 @@ def test_another_environment_runs_a_fresh_interpreter(served):
     assert seen["cwd"] == str(project)
 
 
+def test_what_the_preload_sets_in_the_environment_does_not_decline_a_request(tmp_path):
+    """torch's import sets TORCHINDUCTOR_CACHE_DIR; the forked ``progress`` passed it on to ``dvc repro``, and every
+    stage was then declined ("environment differs"), so no stage of ``make repro`` was forked. A request with the
+    preload's value, or without it, is forked; another value runs a fresh interpreter."""
+    (tmp_path / "pre").mkdir()
+    (tmp_path / "pre" / "presets.py").write_text("import os\nos.environ['PRESET'] = 'by-the-import'\n")
+    (tmp_path / "probe.py").write_text(PROBE)
+    env = {**os.environ, fs.ENV: str(tmp_path / "socket"), "PYTHONPATH": str(tmp_path / "pre")}
+    env.pop("PRESET", None)
+    server = subprocess.Popen([sys.executable, SCRIPT, "serve", env[fs.ENV], "presets"], env=env)
+    try:
+        _wait_for(tmp_path / "socket")
+        for preset, forked in ((None, True), ("by-the-import", True), ("another", False)):
+            proc = _client(tmp_path, {**env, **({"PRESET": preset} if preset else {})}, "0")
+            out, err = proc.communicate(timeout=60)
+            assert proc.returncode == 0, err
+            assert (json.loads(out)["pid"] != proc.pid) is forked, preset
+    finally:
+        server.terminate()
+        server.wait()
+
+
 def test_without_a_server_the_shim_runs_a_fresh_interpreter(tmp_path):
     (tmp_path / "probe.py").write_text(PROBE)
     proc = _client(tmp_path, {**os.environ, fs.ENV: str(tmp_path / "absent")}, "4")

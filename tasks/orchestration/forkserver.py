@@ -22,8 +22,8 @@ What keeps a forked stage the same as a fresh one:
 * the server runs nothing but imports (no thread, no torch op, no event loop) before it forks.
 
 Lifetime: the child is in a process group of its own; the shim forwards SIGINT, SIGTERM and SIGHUP
-to it, and a child whose shim is gone (``kill -9``) gets SIGTERM, so a stage still dies with the
-``dvc repro`` that started it (:mod:`tasks.core.lifetime`).
+to it, a child whose shim is gone (``kill -9``) gets SIGTERM, and a shim whose parent dies gets SIGTERM,
+so a stage still dies with the ``dvc repro`` that started it (:mod:`tasks.core.lifetime`).
 
 This file is run as a script (``python -S forkserver.py client ...``, ``python forkserver.py serve
 SOCKET``) and imports only the standard library at the top, so that the shim starts in milliseconds
@@ -85,6 +85,7 @@ def client(argv: list[str]) -> int:
     Only ``-m MODULE ...`` goes to the server; any other command line, no server, or a server that
     declines (another environment) replaces this process with a fresh interpreter (``os.execv``).
     """
+    _die_with_parent()
     path = os.environ.get(ENV, "")
     if len(argv) < 2 or argv[0] != "-m" or not path or path == "off":
         _exec(argv)
@@ -120,6 +121,20 @@ def client(argv: list[str]) -> int:
         return 128 + forwarded[-1]
     print(f"error: the stage's process {pid} ended without an exit status (killed?)", file=sys.stderr)
     return 1
+
+
+def _die_with_parent() -> None:
+    """SIGTERM to this shim (and, through ``exec``, to the fresh interpreter it becomes) when its parent dies: a
+    ``dvc repro`` killed by its wrapper's death takes its stage with it (it forwards no signal itself). As
+    :func:`tasks.core.lifetime.die_with_parent`, without importing the project."""
+    import ctypes
+
+    try:
+        ctypes.CDLL(None).prctl(1, int(signal.SIGTERM))  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux
+        return
+    if os.getppid() == 1:  # the parent died before the call
+        os._exit(128 + signal.SIGTERM)
 
 
 def _exec(argv: list[str]) -> None:
@@ -168,7 +183,7 @@ def serve(path: str, preload: tuple[str, ...] = PRELOAD) -> None:
         except (OSError, ValueError, struct.error):
             conn.close()
             continue
-        reason = _declined(request, env, executable)
+        reason = _declined(request, env, executable, imported)
         if reason or len(fds) != 3:
             _send(conn, {"declined": reason or "no standard streams"})
         elif os.fork() == 0:
@@ -179,12 +194,18 @@ def serve(path: str, preload: tuple[str, ...] = PRELOAD) -> None:
         conn.close()
 
 
-def _declined(request: dict, env: dict, executable: str) -> str:
-    """Why a fresh interpreter must run ``request`` instead of a child of this server ('' when none)."""
+def _declined(request: dict, env: dict, executable: str, imported: dict | None = None) -> str:
+    """Why a fresh interpreter must run ``request`` instead of a child of this server ('' when none).
+
+    ``env``: the server's environment before the preload; ``imported``: what the preload set in it. A request
+    may carry ``imported`` or lack it: a command this server forked (``progress``) passes it on to ``dvc repro``
+    and so to every stage, and a fresh interpreter would set it itself on importing the same libraries.
+    """
     if request.get("executable") != executable:
         return f"interpreter {request.get('executable')} is not the server's {executable}"
-    theirs = {k: v for k, v in request.get("env", {}).items() if k not in PER_PROCESS}
-    ours = {k: v for k, v in env.items() if k not in PER_PROCESS}
+    imported = imported or {}
+    theirs = {k: v for k, v in {**imported, **request.get("env", {})}.items() if k not in PER_PROCESS}
+    ours = {k: v for k, v in {**env, **imported}.items() if k not in PER_PROCESS}
     differ = sorted(k for k in theirs.keys() | ours.keys() if theirs.get(k) != ours.get(k))
     return f"environment differs in {', '.join(differ)}" if differ else ""
 

@@ -16,6 +16,7 @@ Prefect imported already, not as a fresh one (``ZHPLM_FORKSERVER=off`` turns it 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -109,6 +110,11 @@ def main(argv: list[str]) -> int:
         child = subprocess.Popen(argv, env=env, preexec_fn=partial(die_with_parent, signal.SIGTERM, os.getpid()))
         try:
             return child.wait()
+        except KeyboardInterrupt:  # the command got the terminal's Ctrl-C too and stops its own run (progress.GRACE)
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                return child.wait(timeout=30)
+            return 130
         finally:
             if child.poll() is None:  # we were terminated: stop the command too
                 child.terminate()

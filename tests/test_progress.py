@@ -1,0 +1,74 @@
+"""``make repro``'s progress wrapper: Ctrl-C, SIGTERM or a killed wrapper stop ``dvc repro`` and what it
+started within seconds, with one line and no traceback (they ran on, orphaned, for up to 2 minutes)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT
+
+# a dvc repro that announces a stage, starts it through the run's python shim (no server: a fresh interpreter)
+# and waits on it; like DVC, it passes no signal on
+FAKE_DVC = textwrap.dedent(f"""\
+    #!{sys.executable}
+    import os, subprocess, sys
+    print("Running stage 'pretrain@mlm-42':", flush=True)
+    stage = subprocess.Popen([sys.executable, "-S", {str(ROOT / "tasks/orchestration/forkserver.py")!r}, "client",
+                              "-c", "import os, time; open('stage', 'w').write(str(os.getpid())); time.sleep(300)"])
+    open("dvc", "w").write(str(os.getpid()))
+    stage.wait()
+""")
+RUN = ("import sys; import tasks.orchestration.progress as p; p.planned = lambda order=None: []; "
+       "p.stage_order = lambda: []; sys.exit(p.main([]))")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    stat = Path(f"/proc/{pid}/stat")
+    return stat.exists() and stat.read_text().split()[2] != "Z"
+
+
+def _gone(pids: list[int], within: float) -> bool:
+    deadline = time.monotonic() + within
+    while any(_alive(p) for p in pids):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL])
+def test_a_stopped_progress_stops_dvc_repro_and_its_stage(tmp_path, sig):
+    (tmp_path / "bin").mkdir()
+    dvc = tmp_path / "bin" / "dvc"
+    dvc.write_text(FAKE_DVC)
+    dvc.chmod(0o755)
+    env = {**os.environ, "PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}",
+           "PYTHONPATH": f"{ROOT}:{os.environ.get('PYTHONPATH', '')}"}
+    proc = subprocess.Popen([sys.executable, "-c", RUN], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not all((tmp_path / f).exists() and (tmp_path / f).read_text() for f in ("dvc", "stage")):
+        assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
+        time.sleep(0.05)
+    pids = [int((tmp_path / f).read_text()) for f in ("dvc", "stage")]
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=30)
+    assert _gone(pids, within=5), "dvc repro or its stage outlived the wrapper"
+    if sig == signal.SIGKILL:
+        return
+    assert proc.returncode == 128 + sig
+    assert "[1/1] pretrain@mlm-42" in out
+    (line,) = err.strip().splitlines()  # one line, no traceback
+    assert line.startswith(f"dvc repro: stopped by {signal.Signals(sig).name} after 0:0"), line
