@@ -72,3 +72,21 @@ def test_a_stopped_progress_stops_dvc_repro_and_its_stage(tmp_path, sig):
     assert "[1/1] pretrain@mlm-42" in out
     (line,) = err.strip().splitlines()  # one line, no traceback
     assert line.startswith(f"dvc repro: stopped by {signal.Signals(sig).name} after 0:0"), line
+
+
+def test_a_second_run_in_the_same_checkout_says_who_holds_it_in_one_line(tmp_path):
+    """It died with a 45-line LockError traceback from DVC's status call."""
+    import zc.lockfile
+
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    subprocess.run([sys.executable, "-m", "dvc", "init", "-q"], cwd=tmp_path, check=True)
+    (tmp_path / "dvc.yaml").write_text("stages:\n  a:\n    cmd: echo a\n")
+    held = zc.lockfile.LockFile(str(tmp_path / ".dvc" / "tmp" / "lock"))
+    try:
+        env = {**os.environ, "PYTHONPATH": f"{ROOT}:{os.environ.get('PYTHONPATH', '')}"}
+        run = subprocess.run([sys.executable, "-m", "tasks.orchestration.progress"], cwd=tmp_path, env=env,
+                             capture_output=True, text=True, timeout=120)
+    finally:
+        held.close()
+    (line,) = run.stderr.strip().splitlines()
+    assert run.returncode == 1 and line.startswith(f"make repro: another run (PID {os.getpid()}) holds this checkout")

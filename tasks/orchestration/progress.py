@@ -27,6 +27,7 @@ import subprocess
 import sys
 import time
 from functools import partial
+from pathlib import Path
 
 from tasks.core.lifetime import die_with_parent
 from tasks.core.shards import remove_left_work
@@ -82,6 +83,18 @@ def planned(repo_root: str = ".", order: list[str] | None = None) -> list[str]:
         return [name for name in order or stage_order() if name in reach]
 
 
+def lock_holder(repo_root: str = ".") -> str:
+    """The one line for a checkout whose DVC lock another process holds (``.dvc/tmp/lock``: zc.lockfile writes
+    the holder's PID in it)."""
+    lock = Path(repo_root) / ".dvc" / "tmp" / "lock"
+    try:
+        pid = lock.read_text().split()[0]
+    except (OSError, IndexError):
+        pid = "unknown"
+    return (f"another run (PID {pid}) holds this checkout ({lock}, DVC's lock): wait for it to end, or stop it "
+            "(Ctrl-C in its terminal, or kill PID); one run per checkout (a second one: `git worktree add`)")
+
+
 def clock(seconds: float) -> str:
     minutes, sec = divmod(round(seconds), 60)
     return f"{minutes}:{sec:02d}"
@@ -90,7 +103,13 @@ def clock(seconds: float) -> str:
 def main(argv: list[str]) -> int:
     t0 = time.perf_counter()
     order = stage_order()
-    todo = planned(order=order)
+    from dvc.lock import LockError
+
+    try:
+        todo = planned(order=order)
+    except LockError:
+        print(f"make repro: {lock_holder()}", file=sys.stderr)
+        return 1
     print(f"dvc repro: {len(todo)} of {len(order)} stages to look at again"
           + (f": {', '.join(todo)}" if 0 < len(todo) <= 12 else ""), flush=True)
     for signum in (signal.SIGINT, signal.SIGTERM):
