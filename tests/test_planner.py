@@ -301,3 +301,43 @@ def test_a_workers_unit_never_changes_the_process_cwd(tmp_path, monkeypatch):
     worker.join()
     assert found == {"prefix": ["first"], "kept": None} and chdirs == [] and Path.cwd() == elsewhere
     assert (study_dir / "metrics" / "b.json").read_text() == "{}" and not (study_dir / "data").exists()
+
+
+def test_a_workspace_fingerprints_its_own_code_so_a_stale_committed_fingerprint_reruns_its_units(tmp_path):
+    """A code edit committed without `code_deps --write` left the committed fingerprints stale, and every unit
+    whose stages that code runs still read "done": the workspace now writes the fingerprints of its own code."""
+    import sys
+
+    from tasks.orchestration import units as u
+
+    repo, git = tmp_path / "repo", ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
+    repo.mkdir()
+    for folder in ("tasks", "flows", "fingerprints"):
+        shutil.copytree(ROOT / folder, repo / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    for file in ("dvc.yaml", "dvc.lock", "params.yaml"):
+        shutil.copy(ROOT / file, repo / file)
+    (repo / "fingerprints" / "pretrain.txt").write_text("stale: the code changed after this was written\n")
+    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
+    subprocess.run([sys.executable, "-m", "dvc", "init", "-q"], cwd=repo, check=True)
+    subprocess.run(["git", "add", "."], cwd=repo, check=True)
+    subprocess.run([*git, "commit", "-qm", "x"], cwd=repo, check=True)
+    space = tmp_path / "space"
+    u._fill(space, repo, tmp_path / "study", [], [])
+    assert (space / "fingerprints" / "pretrain.txt").read_text() == (ROOT / "fingerprints" / "pretrain.txt").read_text()
+
+
+CUT = (ROOT / "reports/study/units/albert_tiny.yaml").read_text(encoding="utf-8")
+CUT = CUT[:CUT.index("md5:", len(CUT) // 2)]  # a committed record cut inside one of its outs
+
+
+@pytest.mark.parametrize("text", [CUT, "\x00\x9f garbage", "[1, 2", "just a line\n", "stages: 3\n"])
+def test_a_damaged_unit_record_is_one_error_naming_the_file_and_the_way_back(tmp_path, text):
+    """A cut, garbage or bad-YAML unit file stopped `make study` with a YAML or TypeError traceback naming no file."""
+    from tasks.core.errors import SourceError
+    from tasks.orchestration import units as u
+
+    (tmp_path / "units").mkdir()
+    (tmp_path / "units" / "mlm-42.yaml").write_bytes(text.encode("utf-8", "surrogateescape"))
+    with pytest.raises(SourceError, match=r"units/mlm-42.yaml: not a unit record \(.+\): restore it \(`git checkout "
+                                          r"-- .+mlm-42.yaml`\) or delete it to run the unit again$"):
+        u.read_unit(tmp_path, u.Unit("mlm-42", "pretrained", ("pretrain@mlm-42",)))

@@ -38,6 +38,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from tasks.core import paths
+from tasks.core.errors import PipelineError
 from tasks.core.io import atomic_outputs, to_json
 from tasks.core.params import PARAMS_FILE, Params, ParamsError, load_params
 from tasks.orchestration.progress import ran_stages
@@ -313,6 +314,9 @@ def main(argv: list[str]) -> int:
 if __name__ == "__main__":
     try:
         sys.exit(main(sys.argv[1:]))
+    except PipelineError as exc:  # a damaged unit record, a unit naming a stage dvc.yaml lacks
+        print(f"study: {exc}", file=sys.stderr)
+        sys.exit(1)
     except KeyboardInterrupt:
         print("study: stopped; its temporary workspace is removed (what its stages finished stays in DVC's run cache)",
               file=sys.stderr)

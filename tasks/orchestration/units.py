@@ -49,10 +49,12 @@ from typing import Iterator
 
 import yaml
 
+from tasks.core.errors import SourceError
 from tasks.core.io import atomic_outputs
 from tasks.core.lifetime import die_with_parent
 from tasks.core.machine import cpu
 from tasks.core.params import Params
+from tasks.orchestration.code_deps import CODE_STAGE, write_fingerprints
 
 WORKSPACES = Path(".dvc/tmp/study")
 KEPT = ("data/recipes/", "metrics/outcomes/")
@@ -95,9 +97,37 @@ def _git(*args: str, cwd: Path | str = ".") -> str:
 
 
 def read_unit(study: Path, unit: Unit) -> dict | None:
-    """The committed record of ``unit`` (``units/<name>.yaml``), or None when it has none."""
+    """The committed record of ``unit`` (``units/<name>.yaml``), or None when it has none.
+
+    Raises:
+        SourceError: the file is not a unit record (cut, garbage, bad YAML, no ``stages`` of lock entries): names
+            it and how to recover.
+    """
     path = study / "units" / f"{unit.name}.yaml"
-    return yaml.safe_load(path.read_text(encoding="utf-8")) if path.is_file() else None
+    if not path.is_file():
+        return None
+    try:
+        record = yaml.safe_load(path.read_text(encoding="utf-8"))
+        problem = _record_problem(record)
+    except (UnicodeDecodeError, yaml.YAMLError) as exc:
+        problem = str(exc).splitlines()[0]
+    if problem:
+        raise SourceError(f"{path}: not a unit record ({problem}): restore it (`git checkout -- {path}`) or "
+                          "delete it to run the unit again")
+    return record
+
+
+def _record_problem(record) -> str:
+    """What makes ``record`` no unit record ('' when it is one): each stage a DVC lock entry whose deps and outs
+    all have a path and an md5 (a cut file ends inside one)."""
+    if not isinstance(record, dict) or not isinstance(record.get("stages"), dict) or not record["stages"]:
+        return "no `stages:` of DVC lock entries"
+    for name, entry in record["stages"].items():
+        files = [f for key in ("deps", "outs") for f in (entry.get(key) or [])] if isinstance(entry, dict) else None
+        if files is None or "cmd" not in entry or "outs" not in entry or not all(
+                isinstance(f, dict) and "path" in f and "md5" in f for f in files):
+            return f"stage {name}: not a whole DVC lock entry (cmd, deps and outs with path and md5)"
+    return ""
 
 
 def _remove_worktree(path: Path, root: Path) -> None:
@@ -141,12 +171,17 @@ def _fill(path: Path, root: Path, study: Path, overrides: list[str], units: list
         if record := read_unit(study, unit):
             stages.update(record["stages"])
     (path / "dvc.lock").write_text(yaml.safe_dump({**lock, "stages": stages}, sort_keys=False), encoding="utf-8")
+    # the fingerprints of the workspace's own code: stage `code` writes them and git carries them, so a code edit
+    # committed without them rewritten would leave every unit it touches "done" (:func:`done` skips `code`)
+    if CODE_STAGE in yaml.safe_load((path / "dvc.yaml").read_text(encoding="utf-8"))["stages"]:
+        write_fingerprints(path)
 
 
 def done(workspace: Path, study: Path, units: list[Unit]) -> dict[str, bool]:
     """``unit name -> done``: its record exists and DVC would run none of its stages nor any unit stage
     upstream of them (what ``dvc repro --allow-missing`` over every unit's stages in ``workspace`` would run:
-    DVC's test of each stage, in its order; the fingerprint stage ``code`` aside, whose outputs are committed).
+    DVC's test of each stage, in its order; the fingerprint stage ``code`` aside, whose outputs the workspace
+    rewrote from its own code).
 
     Raises:
         PipelineError: a unit names a stage ``dvc.yaml`` does not have under the study's params.
