@@ -113,7 +113,9 @@ def test_a_unit_is_estimated_from_the_finished_units_of_its_procedure_else_of_it
     units = plan_units(study.check_params({"compare": "[mlm,wwm,electra]", "pretrain.seeds": "[42,43,44]"}))
     (tmp_path / "units").mkdir()
     for name, seconds in (("mlm-42", 600), ("electra-42", 1200)):
-        (tmp_path / "units" / f"{name}.yaml").write_text(f"unit: {name}\nwall_sec: {seconds}\n")
+        (tmp_path / "units" / f"{name}.yaml").write_text(  # a record as run_unit writes it, one stage
+            f"unit: {name}\nwall_sec: {seconds}\nstages:\n  s:\n    cmd: c\n    deps: []\n"
+            "    outs: [{path: o, md5: 0}]\n")
     minutes = {u.name: estimate_minutes(u, tmp_path, units, None) for u in units if u.kind == "pretrained"}
     assert minutes["electra-43"] == 20 and minutes["mlm-44"] == 10  # an ELECTRA pretraining costs about twice
     assert minutes["wwm-42"] == 15  # none of its own finished: the mean of its kind
