@@ -2,6 +2,7 @@
 
 import os
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,26 @@ import tasks  # noqa: F401  (offline environment before Prefect is imported)
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).parent / "data"
+
+
+def alive(pid: int) -> bool:
+    """Process ``pid`` exists and is no zombie."""
+    try:
+        os.kill(pid, 0)
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except (ProcessLookupError, FileNotFoundError):
+        return False
+
+
+def gone_within(pids: list[int], seconds: float = 10) -> bool:
+    """Every one of ``pids`` has ended within ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while any(alive(p) for p in pids):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
 
 
 @pytest.fixture(scope="session")

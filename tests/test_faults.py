@@ -25,7 +25,7 @@ from tasks.core.shards import ShardedStep, check_part, remove_work, run_shards, 
 from tasks.pretraining.masking import MaskingConfig
 from tasks.pretraining.packing import pack_documents
 from tasks.training.seeds import map_seeds
-from tests.conftest import ROOT
+from tests.conftest import ROOT, alive, gone_within
 from tests.test_shards import build, corpus_file, md5
 
 TWO = Executor(kind="processes", workers=2)
@@ -261,30 +261,12 @@ time.sleep(120)
 MIDDLE = "import subprocess, sys; subprocess.run([sys.executable, '-c', sys.argv[1], sys.argv[2]])"
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    with open(f"/proc/{pid}/stat") as f:  # a zombie is dead
-        return f.read().split(")")[-1].split()[0] != "Z"
-
-
 def _wait_for(path: Path, timeout: float = 60) -> int:
     deadline = time.monotonic() + timeout
     while not (path.is_file() and path.read_text()):
         assert time.monotonic() < deadline, f"{path} never written"
         time.sleep(0.1)
     return int(path.read_text())
-
-
-def _gone_within(pids: list[int], seconds: float = 10) -> bool:
-    deadline = time.monotonic() + seconds
-    while any(_alive(p) for p in pids):
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.1)
-    return True
 
 
 @pytest.mark.parametrize("how", ["SIGTERM to the wrapper", "SIGKILL to the wrapper", "SIGKILL to its group",
@@ -308,10 +290,10 @@ def test_no_stage_outlives_the_wrapper_or_its_command(tmp_path, how):
     else:
         os.kill(command, signal.SIGKILL)
     try:
-        assert _gone_within([stage, command])
+        assert gone_within([stage, command])
     finally:
         for pid in (stage, command):
-            if _alive(pid):
+            if alive(pid):
                 os.kill(pid, signal.SIGKILL)
         wrapper.kill()
         wrapper.wait()
@@ -330,10 +312,10 @@ def test_torchrun_ranks_die_with_their_agent_killed_with_its_group(tmp_path):
     os.killpg(agent.pid, signal.SIGKILL)
     agent.wait()
     try:
-        assert _gone_within(ranks)
+        assert gone_within(ranks)
     finally:
         for pid in ranks:
-            if _alive(pid):
+            if alive(pid):
                 os.kill(pid, signal.SIGKILL)
 
 
@@ -469,9 +451,9 @@ def test_a_command_of_make_study_dies_with_it(tmp_path):
     study.kill()
     study.wait()
     try:
-        assert _gone_within([child])
+        assert gone_within([child])
     finally:
-        if _alive(child):
+        if alive(child):
             os.kill(child, signal.SIGKILL)
 
 STUDY_OF_SLEEPERS = """
@@ -504,11 +486,11 @@ def test_a_terminated_study_stops_its_running_unit_and_starts_no_other(tmp_path)
     proc.send_signal(signal.SIGTERM)
     try:
         assert proc.wait(30) != 0
-        assert _gone_within(pids)
+        assert gone_within(pids)
         assert "unit u0" in log.read_text() and "unit u1" not in log.read_text()
     finally:
         for pid in pids + [proc.pid]:
-            if _alive(pid):
+            if alive(pid):
                 os.kill(pid, signal.SIGKILL)
 
 
@@ -527,7 +509,7 @@ def test_the_prefect_server_of_make_repro_dies_with_its_wrapper_killed_with_9(tm
             time.sleep(0.1)
         assert len(below) >= 2  # the server and the command
         wrapper.kill()
-        assert _gone_within(below, 30)
+        assert gone_within(below, 30)
     finally:
         for pid in _descendants(wrapper.pid):
             os.kill(pid, signal.SIGKILL)

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from tasks.orchestration import forkserver as fs
+from tests.conftest import gone_within
 
 SCRIPT = fs.__file__
 PROBE = textwrap.dedent("""
@@ -137,19 +138,7 @@ def test_a_stage_dies_with_its_shim(served, sig):
     proc.send_signal(sig)
     proc.communicate(timeout=30)
     assert proc.returncode == (128 + signal.SIGTERM if sig == signal.SIGTERM else -signal.SIGKILL)
-    deadline = time.monotonic() + 30
-    while _alive(stage):
-        assert time.monotonic() < deadline, "the stage outlived its shim"
-        time.sleep(0.05)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    status = Path(f"/proc/{pid}/stat")
-    return status.exists() and status.read_text().split()[2] != "Z"
+    assert gone_within([stage], 30), "the stage outlived its shim"
 
 
 def test_the_wrapper_puts_the_shim_first_on_path_and_off_turns_it_off(tmp_path):

@@ -9,11 +9,10 @@ import subprocess
 import sys
 import textwrap
 import time
-from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, gone_within
 
 # a dvc repro that announces a stage, starts it through the run's python shim (no server: a fresh interpreter)
 # and waits on it; like DVC, it passes no signal on
@@ -28,24 +27,6 @@ FAKE_DVC = textwrap.dedent(f"""\
 """)
 RUN = ("import sys; import tasks.orchestration.progress as p; p.planned = lambda order=None: []; "
        "p.stage_order = lambda: []; sys.exit(p.main([]))")
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    stat = Path(f"/proc/{pid}/stat")
-    return stat.exists() and stat.read_text().split()[2] != "Z"
-
-
-def _gone(pids: list[int], within: float) -> bool:
-    deadline = time.monotonic() + within
-    while any(_alive(p) for p in pids):
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL])
@@ -65,7 +46,7 @@ def test_a_stopped_progress_stops_dvc_repro_and_its_stage(tmp_path, sig):
     pids = [int((tmp_path / f).read_text()) for f in ("dvc", "stage")]
     proc.send_signal(sig)
     out, err = proc.communicate(timeout=30)
-    assert _gone(pids, within=5), "dvc repro or its stage outlived the wrapper"
+    assert gone_within(pids, 5), "dvc repro or its stage outlived the wrapper"
     if sig == signal.SIGKILL:
         return
     assert proc.returncode == 128 + sig
