@@ -69,4 +69,5 @@ def finetune(model_name: str, task_name: str) -> None:
         write_outcomes(outcomes_file, spec.family, headline, outcomes)
 
 if __name__ == "__main__":
-    run_training_stage(finetune, *sys.argv[1:], device="finetune.device")
+    run_training_stage(finetune, *sys.argv[1:], device="finetune.device",
+                       memory="finetune.training.batch_size and eval_batch_size, or finetune.seed_workers")

@@ -12,15 +12,22 @@ STAGE = textwrap.dedent("""
     import sys
     from prefect import flow
     from tasks.core.errors import ParamsError
-    from tasks.core.stage import run_stage
+    from tasks.core.stage import run_stage, stage_task
+
+    @stage_task
+    def allocate():
+        import torch
+        return torch.empty(2**40, dtype=torch.uint8)  # 1 TiB: torch's CPU allocator refuses it
 
     @flow(name="trivial")
     def trivial(what):
         if what == "bad":
             raise ParamsError("seed: must be >= 0")
+        if what == "oom":
+            allocate()
         print("ran")
 
-    run_stage(trivial, *sys.argv[1:])
+    run_stage(trivial, *sys.argv[1:], memory="pretrain.batch_size")
 """)
 
 
@@ -45,3 +52,12 @@ def test_stage_runs_and_reports_a_user_error_on_a_live_server(prefect_server):
     bad = run("bad", PREFECT_API_URL=prefect_server)
     assert bad.returncode == 1 and "Traceback" not in bad.stderr
     assert [line for line in bad.stderr.splitlines() if line.startswith("error:")] == ["error: seed: must be >= 0"]
+
+
+def test_out_of_memory_is_one_line_with_the_stage_the_size_and_the_knob(prefect_server):
+    proc = run("oom", PREFECT_API_URL=prefect_server, DVC_STAGE="pretrain@mlm-42")
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, proc.stderr
+    assert errors[0].startswith("error: out of memory in stage pretrain@mlm-42: an allocation of 1,048,576.0 MiB "
+                                "failed; ") and "MiB available now; lower pretrain.batch_size" in errors[0]

@@ -40,17 +40,17 @@ def apply_defaults() -> None:
 
 
 class _UserErrorTracebackFilter(logging.Filter):
-    """Drop the traceback from log records about a :class:`PipelineError` or a full disk.
+    """Drop the traceback from log records about a user error (:func:`tasks.core.errors.user_error`).
 
     Prefect logs every failed task and flow with ``exc_info``; for a user error
-    (bad input, bad params, no space left) the message alone is the useful part.
+    (bad input, bad params, no space or memory left) the message alone is the useful part.
     """
 
     def filter(self, record: logging.LogRecord) -> bool:
-        from tasks.core.errors import PipelineError, disk_full
+        from tasks.core.errors import user_error
 
         error = record.exc_info[1] if record.exc_info else None
-        if error is not None and (isinstance(error, PipelineError) or disk_full(error) is not None):
+        if error is not None and user_error(error) is not None:
             record.exc_info = None
             record.exc_text = None
         return True

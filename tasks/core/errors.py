@@ -3,12 +3,14 @@
 A :class:`PipelineError` means bad input or bad parameters, not a bug: stages
 report it as one line (``error: <message>``) and exit non-zero, without a
 traceback. Its message names the file, line, record or parameter at fault. A full
-disk is one too (:func:`disk_full`), wherever the pipeline writes.
+disk (:func:`disk_full`) and memory run out (:func:`out_of_memory`) are ones too, wherever
+they happen (:func:`user_error`).
 """
 
 from __future__ import annotations
 
 import errno
+import os
 import re
 import shutil
 from pathlib import Path
@@ -59,3 +61,54 @@ def disk_full(exc: BaseException, path: str | Path | None = None, needed: int | 
     return DiskFullError(f"no space left on the device of {path or 'the working directory'}: "
                          f"{_free_mib(where):,.1f} MiB free{need}; free some space and rerun (nothing "
                          "half-written was kept: outputs are written to temporaries and renamed whole)")
+
+
+class OutOfMemoryError(PipelineError):
+    """An allocation found no memory left (host RAM, an address-space limit, or an accelerator's)."""
+
+
+_ASKED = (  # how each allocator names the size it asked for
+    (re.compile(r"tried to allocate (\d+) bytes"), {None: 1}),  # torch CPU (DefaultCPUAllocator)
+    (re.compile(r"[Tt]ried to allocate ([\d.]+) ([KMG]iB)"), {"KiB": 2**10, "MiB": 2**20, "GiB": 2**30}),  # CUDA
+    (re.compile(r"Unable to allocate ([\d.]+) ([KMG]iB)"), {"KiB": 2**10, "MiB": 2**20, "GiB": 2**30}),  # NumPy
+)
+
+
+def _available_mib() -> str:
+    """``MemAvailable of MemTotal`` from ``/proc/meminfo`` in MiB (elsewhere empty)."""
+    info = Path("/proc/meminfo")
+    if not info.exists():
+        return ""
+    kib = {line.split(":")[0]: int(line.split()[1]) for line in info.read_text().splitlines() if line.count(":") == 1}
+    return f"; {kib.get('MemAvailable', 0) / 1024:,.0f} of {kib.get('MemTotal', 0) / 1024:,.0f} MiB available now"
+
+
+def out_of_memory(exc: BaseException, knobs: str | None = None, stage: str | None = None) -> OutOfMemoryError | None:
+    """The one-line error for ``exc`` if it is an allocation that found no memory (``MemoryError``, torch's
+    ``OutOfMemoryError``, or torch's CPU allocator's ``RuntimeError``), else None: the stage (``stage``, else
+    DVC's ``DVC_STAGE``), the size asked for when the allocator says it, the memory available now, and the
+    params to lower (``knobs``)."""
+    text = f"{exc} {exc.__cause__ or ''}"
+    oom = isinstance(exc, MemoryError) or type(exc).__name__ == "OutOfMemoryError" or (
+        isinstance(exc, RuntimeError) and ("can't allocate memory" in text or "out of memory" in text))
+    if not oom:
+        return None
+    asked = ""
+    for pattern, units in _ASKED:
+        if m := pattern.search(text):
+            size = float(m.group(1)) * units[m.group(2) if m.lastindex == 2 else None]
+            asked = f": an allocation of {size / 2**20:,.1f} MiB failed"
+            break
+    stage = stage or os.environ.get("DVC_STAGE")
+    where = f" in stage {stage}" if stage else ""
+    lower = f"; lower {knobs}" if knobs else "; give it more memory or a smaller input"
+    return OutOfMemoryError(f"out of memory{where}{asked}{_available_mib()}{lower} (nothing half-written was "
+                            "kept; a pretraining resumes from its last checkpoint)")
+
+
+def user_error(exc: BaseException, knobs: str | None = None) -> PipelineError | None:
+    """``exc`` as the one-line error a user can act on: itself if a :class:`PipelineError`, a full disk
+    (:func:`disk_full`) or no memory left (:func:`out_of_memory`); else None (a bug: its traceback stays)."""
+    if isinstance(exc, PipelineError):
+        return exc
+    return disk_full(exc) or out_of_memory(exc, knobs)

@@ -18,7 +18,7 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from tasks.core.environment import quiet_user_errors
-from tasks.core.errors import PipelineError, disk_full
+from tasks.core.errors import PipelineError, user_error
 from tasks.core.lifetime import die_with_parent
 
 
@@ -133,10 +133,12 @@ def _lost(url: str) -> str:
             "one) and rerun (a pretraining resumes from its checkpoint)")
 
 
-def run_stage(flow: Callable, *args: str) -> None:
+def run_stage(flow: Callable, *args: str, memory: str | None = None) -> None:
     """Run a stage's flow as a program: a :class:`PipelineError` (bad input or
-    params, an unreachable Prefect server, at the start or later: :func:`server_watched`)
-    prints one ``error:`` line naming the culprit and exits with status 1."""
+    params, an unreachable Prefect server, at the start or later: :func:`server_watched`),
+    a full disk or memory run out (:func:`tasks.core.errors.user_error`; ``memory``: the params
+    that size the stage's memory, named in that line) prints one ``error:`` line naming the
+    culprit and exits with status 1."""
     quiet_user_errors()
     die_with_parent()  # a stage never outlives the command that started it (dvc repro, a shell)
     # What the stage has imported (torch, transformers, Prefect: millions of objects) is never
@@ -153,12 +155,9 @@ def run_stage(flow: Callable, *args: str) -> None:
             if lost:  # the watch interrupted the flow, or the flow failed on the dead server first
                 raise PipelineError(lost[0]) from None
             raise
-    except PipelineError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        sys.exit(1)
-    except Exception as exc:  # a full disk anywhere the stage wrote: one line, not a library's traceback
-        full = disk_full(exc)
-        if full is None:
+    except Exception as exc:  # a user error, a full disk or no memory left: one line, not a library's traceback
+        error = user_error(exc, memory)
+        if error is None:
             raise
-        print(f"error: {full}", file=sys.stderr)
+        print(f"error: {error}", file=sys.stderr)
         sys.exit(1)

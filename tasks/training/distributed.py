@@ -180,11 +180,17 @@ def relaunch(cfg, args: list[str]) -> None:
     os.execv(cmd[0], cmd)
 
 
-def run_training_stage(flow: Callable, *args: str, device: str = "pretrain.device") -> None:
+PRETRAIN_MEMORY = ("pretrain.batch_size (raise pretrain.accumulation_steps to keep the global batch) or the "
+                   "model (model.preset)")
+
+
+def run_training_stage(flow: Callable, *args: str, device: str = "pretrain.device",
+                       memory: str = PRETRAIN_MEMORY) -> None:
     """:func:`tasks.core.stage.run_stage` for a training stage: under ``torchrun`` when
     ``params.yaml``'s ``distributed`` block asks for more than one process (:func:`relaunch`).
     ``device``, the stage's device param, and the rendezvous are checked first, in this one
-    process: a bad one is one line, not one traceback per rank."""
+    process: a bad one is one line, not one traceback per rank. ``memory``: the params an
+    out-of-memory line tells to lower."""
     def start(*stage_args: str) -> None:
         params = load_params()
         value = params
@@ -195,4 +201,4 @@ def run_training_stage(flow: Callable, *args: str, device: str = "pretrain.devic
         relaunch(params.distributed, list(stage_args))
         flow(*stage_args)
 
-    run_stage(start, *args)
+    run_stage(start, *args, memory=memory)
