@@ -32,7 +32,6 @@ repro: setup
 # The committed run's artifacts from the DVC remote (data, models, predictions; no stage reruns).
 pull: setup
 	python -m tasks.orchestration.remote
-	dvc pull --run-cache
 
 # Two workers: the two end-to-end modules (tests/e2e), each its own repository, run side by side.
 test: setup
