@@ -74,3 +74,35 @@ def test_a_passing_stage_runs_once(prefect_server, tmp_path, monkeypatch):
                         lambda stage, force=False: [sys.executable, "-c", f"open({str(attempts)!r}, 'a').write('x')"])
     one_stage("ok")
     assert attempts.read_text() == "x"
+
+
+@pytest.mark.parametrize("key", ["ablation.models", "probe.models", "scalar_mix.models", "attributions.models",
+                                 "finetune.baselines", "compression.students", "compression.prune.models",
+                                 "hub_models", "curves.tasks", "pretrain.snapshots"])
+def test_every_data_dep_is_made_by_a_stage_when_an_analysis_list_is_empty(key, tmp_path):
+    """A stage whose dep no stage makes fails at the end of a whole run (``dvc repro``: missing dependency): with any
+    one list of analyses, models or mixtures emptied in params.yaml, each stage's deps are still another stage's
+    outputs (or hold some), or a file git tracks."""
+    import subprocess
+
+    import yaml
+    from dvc.repo import Repo
+
+    params = yaml.safe_load((ROOT / "params.yaml").read_text(encoding="utf-8"))
+    *parents, last = key.split(".")
+    section = params
+    for part in parents:
+        section = section[part]
+    section[last] = {} if isinstance(section[last], dict) else []
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params, allow_unicode=True), encoding="utf-8")
+    (tmp_path / "dvc.yaml").write_bytes((ROOT / "dvc.yaml").read_bytes())
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    Repo.init(str(tmp_path))
+    tracked = set(subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True).stdout.split())
+    stages = Repo(str(tmp_path)).index.stages
+    outs = {str(o.def_path) for s in stages for o in s.outs}
+    missing = {(s.name, str(d.def_path)) for s in stages for d in s.deps if not hasattr(d, "params")
+               and not any(t == d.def_path or t.startswith(d.def_path + "/") for t in tracked)
+               and not any(d.def_path == o or d.def_path.startswith(o + "/") or o.startswith(d.def_path + "/")
+                           for o in outs)}
+    assert not missing, f"{key}: [] leaves deps no stage makes: {sorted(missing)}"
