@@ -9,6 +9,7 @@ reading, and every sentence is checked under the malformed-record policy of
 from __future__ import annotations
 
 import re
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -203,7 +204,7 @@ def read_conll(path: Path, scheme: str, issues: Issues, labels: list[str] | None
             count += 1
             rows.clear()
 
-    prefixes: dict[str, int] = {}
+    prefixes: Counter[str] = Counter()
     for number, line in numbered_lines(path):
         line = line.strip(" \t")
         if not line or line.startswith("-DOCSTART-"):
@@ -212,7 +213,7 @@ def read_conll(path: Path, scheme: str, issues: Issues, labels: list[str] | None
             rows.append((number, _COLUMNS.split(line)))
             tag = rows[-1][1][-1]
             if tag != "O":
-                prefixes[tag.partition("-")[0]] = prefixes.get(tag.partition("-")[0], 0) + 1
+                prefixes[tag.partition("-")[0]] += 1
     close()
     _check_scheme(path, scheme, prefixes)
     return sentences

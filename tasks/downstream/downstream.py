@@ -120,8 +120,8 @@ def prepare_task(name: str, spec: DownstreamTask, raw_dir: Path, seed: int) -> t
         # by train's list, so a class index means one label in every split and a label train lacks is reported
         for role, file in sorted(data.files.items(), key=lambda item: (item[0] not in ("train", "all"), item[0])):
             parts[role] = LOADERS[data.loader](data, source_file(raw_dir, data.source, file), issues, role)
-            if data.labels is None and role in ("train", "all") and table_labels(parts[role]) is not None:
-                data = data.model_copy(update={"labels": table_labels(parts[role])})
+            if data.labels is None and role in ("train", "all") and (labels := table_labels(parts[role])) is not None:
+                data = data.model_copy(update={"labels": labels})
     pool = parts.pop("all", None)
     if pool is not None:
         parts.setdefault("train", pool)
