@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import _thread
 import gc
+import inspect
 import logging
 import os
 import signal
@@ -133,20 +134,56 @@ def _lost(url: str) -> str:
             "one) and rerun (a pretraining resumes from its checkpoint)")
 
 
-def run_stage(flow: Callable, *args: str, memory: str | None = None) -> None:
-    """Run a stage's flow as a program: a :class:`PipelineError` (bad input or
+def usage(flow: Callable) -> str:
+    """The stage's usage line, ``usage: python -m flows.<stage> ARG ...`` (``[ARG]`` for one with a default),
+    then the first paragraph of its module's docstring."""
+    fn = getattr(flow, "fn", flow)
+    main = sys.modules.get(fn.__module__)
+    spec = getattr(main, "__spec__", None)
+    program = f"python -m {spec.name}" if spec else os.path.basename(sys.argv[0])
+    names = [p.name.upper() if p.default is inspect.Parameter.empty else f"[{p.name.upper()}]"
+             for p in inspect.signature(fn).parameters.values()]
+    about = (inspect.getdoc(main) or "").split("\n\n")[0]
+    return f"usage: {program} {' '.join(names)}".rstrip() + (f"\n\n{about}" if about else "")
+
+
+def _check_arguments(flow: Callable, args: tuple) -> None:
+    """``--help``/``-h``: print :func:`usage` and exit 0; arguments the flow cannot take: the reason and the
+    usage on stderr, exit 2 (as argparse does); else return."""
+    if any(a in ("-h", "--help") for a in args if isinstance(a, str)):
+        print(usage(flow))
+        sys.exit(0)
+    try:
+        inspect.signature(getattr(flow, "fn", flow)).bind(*args)
+    except TypeError as exc:
+        print(f"error: {exc}\n{usage(flow)}", file=sys.stderr)
+        sys.exit(2)
+
+
+def run_stage(flow: Callable, *args: str, memory: str | None = None,
+              prepare: Callable[[list[str]], None] | None = None) -> None:
+    """Run a stage's flow as a program, ``flow(*args)``, as a Prefect flow run named after the stage and its
+    arguments (``finetune mlm-42 sentiment``). ``--help`` prints its usage (:func:`usage`); arguments it
+    cannot take are one line and the usage, status 2. A :class:`PipelineError` (bad input or
     params, an unreachable Prefect server, at the start or later: :func:`server_watched`),
     a full disk or memory run out (:func:`tasks.core.errors.user_error`; ``memory``: the params
     that size the stage's memory, named in that line) prints one ``error:`` line naming the
-    culprit and exits with status 1."""
+    culprit and exits with status 1. ``prepare(args)`` runs before the flow, inside that handling (a training
+    stage's checks and its ``torchrun`` relaunch)."""
+    _check_arguments(flow, args)
     quiet_user_errors()
     die_with_parent()  # a stage never outlives the command that started it (dvc repro, a shell)
     # What the stage has imported (torch, transformers, Prefect: millions of objects) is never
     # garbage: left out of every collection, the one at interpreter exit included, it saves
     # 1-2 s of each stage (gc.freeze moves them to a permanent generation that collections skip).
     gc.freeze()
+    if hasattr(flow, "with_options"):  # a Prefect flow: its run named after the stage, not at random
+        name = " ".join([flow.name, *map(str, args)])
+        flow = flow.with_options(flow_run_name=lambda: name)
     try:
         check_prefect_api()
+        if prepare is not None:
+            prepare(list(args))
         lost: list[str] = []
         try:
             with server_watched() as lost, no_heartbeats():

@@ -191,14 +191,13 @@ def run_training_stage(flow: Callable, *args: str, device: str = "pretrain.devic
     ``device``, the stage's device param, and the rendezvous are checked first, in this one
     process: a bad one is one line, not one traceback per rank. ``memory``: the params an
     out-of-memory line tells to lower."""
-    def start(*stage_args: str) -> None:
+    def prepare(stage_args: list[str]) -> None:
         params = load_params()
         value = params
         for part in device.split("."):
             value = getattr(value, part)
         resolve_device(value, device)
         check_rendezvous(params.distributed)
-        relaunch(params.distributed, list(stage_args))
-        flow(*stage_args)
+        relaunch(params.distributed, stage_args)
 
-    run_stage(start, *args, memory=memory)
+    run_stage(flow, *args, memory=memory, prepare=prepare)
