@@ -16,7 +16,7 @@ from tasks.corpus.ingest import ingest_corpus, load_eval_sentences
 @flow(name="ingest")
 def ingest() -> None:
     params = load_params()
-    eval_sentences = load_eval_sentences(paths.DOWNSTREAM, paths.EVAL_TEXTS_FILE)
+    eval_sentences = load_eval_sentences(paths.EVAL_TEXTS)
     with atomic_outputs(paths.CORPUS, paths.stage_metrics("corpus")) as (corpus, metrics):
         stats = ingest_corpus(params.corpus, paths.RAW, eval_sentences, corpus, params.shards.rows)
         write_metrics(metrics, CorpusMetrics(**stats.to_dict()))

@@ -28,10 +28,9 @@ def held_out(tmp_path, monkeypatch):
     vocab = tmp_path / "vocab.txt"
     vocab.write_text("\n".join(SPECIAL_TOKENS + list("国家的新年中华民族春节和政府元旦")) + "\n", encoding="utf-8")
     tokenizer = load_vocab_tokenizer(vocab)
-    folder = paths.DOWNSTREAM / "news"
-    folder.mkdir(parents=True)
+    paths.EVAL_TEXTS.mkdir(parents=True)
     texts = TEXTS * 30
-    pq.write_table(pa.table({"text": texts, "split": ["dev"] * len(texts)}), folder / paths.EVAL_TEXTS_FILE)
+    pq.write_table(pa.table({"text": texts, "split": ["dev"] * len(texts)}), paths.eval_texts("news"))
     ids = lambda w: tokenizer(w, add_special_tokens=False)["input_ids"]  # noqa: E731
     lexicon = pa.table({"word": list(SIMILAR), "input_ids": [ids(w) for w in SIMILAR],
                         "similar": list(SIMILAR.values()), "similarity": [[0.9] * len(v) for v in SIMILAR.values()],

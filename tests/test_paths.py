@@ -55,4 +55,5 @@ def test_every_artifact_path_constant_is_declared_by_a_stage():
         exact = any(matches(str(path), d) for d in declared)
         folder = any(d.startswith(f"{path}/") for d in declared)
         assert exact or folder, f"paths.{name} = {path} is no output of dvc.yaml"
-    assert paths.EVAL_TEXTS_FILE and str(paths.downstream_split("t", "train")) == "data/downstream/t/train.parquet"
+    assert str(paths.eval_texts("t")) == "data/eval_texts/t.parquet"
+    assert str(paths.downstream_split("t", "train")) == "data/downstream/t/train.parquet"

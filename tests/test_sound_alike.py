@@ -79,10 +79,9 @@ def test_chosen_characters_become_sound_alikes_never_mask_and_a_character_withou
 def test_the_held_out_text_is_corrupted_by_sound_alikes_and_its_gate_must_beat_copying(tokenizer, tmp_path,
                                                                                         monkeypatch):
     monkeypatch.chdir(tmp_path)
-    folder = paths.DOWNSTREAM / "news"
-    folder.mkdir(parents=True)
+    paths.EVAL_TEXTS.mkdir(parents=True)
     texts = ["的在是国", "得再事果", "市的国在"] * 40
-    pq.write_table(pa.table({"text": texts, "split": ["dev"] * len(texts)}), folder / paths.EVAL_TEXTS_FILE)
+    pq.write_table(pa.table({"text": texts, "split": ["dev"] * len(texts)}), paths.eval_texts("news"))
     params = load_params(ROOT / "params.yaml")
     params = params.model_copy(update={"curves": params.curves.model_copy(update={"heldout_task": "news"})})
     objective = build(params, "sound_alike")

@@ -13,7 +13,8 @@ RAW = Path("corpora/raw")
 MANIFEST = Path("corpora/manifest.json")
 
 DOWNSTREAM = Path("data/downstream")
-EVAL_TEXTS_FILE = "eval_texts.parquet"  # in each task's folder: dev and test text to keep out of pretraining
+EVAL_TEXTS = Path("data/eval_texts")  # <task>.parquet: its dev and test text, kept out of pretraining (not beside
+# the splits, so that `datasets` reads a task's folder as is: load_dataset("parquet", data_dir=...))
 CORPUS = Path("data/corpus/sentences.parquet")
 SEGMENTED = Path("data/segmented/sentences.parquet")
 TOKENS = Path("data/tokens/sentences.parquet")
@@ -57,6 +58,11 @@ def model_dir(model: str) -> Path:
 
 def downstream_split(task: str, split: str) -> Path:
     return DOWNSTREAM / task / f"{split}.parquet"
+
+
+def eval_texts(task: str) -> Path:
+    """``data/eval_texts/<task>.parquet``: the task's dev and test text (columns ``text``, ``split``)."""
+    return EVAL_TEXTS / f"{task}.parquet"
 
 
 def finetune_name(model: str, task: str) -> str:

@@ -305,9 +305,9 @@ def ingest_corpus(corpus, raw_dir: Path, eval_sentences: set[str], output: Path,
 
 
 @stage_task
-def load_eval_sentences(folder: Path, file_name: str) -> set[str]:
+def load_eval_sentences(folder: Path) -> set[str]:
     """Normalised sentences of the evaluation text of every prepared downstream task
-    (``<folder>/<task>/<file_name>``)."""
-    texts = [t for path in sorted(Path(folder).glob(f"*/{file_name}"))
+    (``<folder>/<task>.parquet``, :func:`tasks.core.paths.eval_texts`)."""
+    texts = [t for path in sorted(Path(folder).glob("*.parquet"))
              for t in pq.read_table(path, columns=["text"]).column("text").to_pylist()]
     return {s for t in texts for s in split_sentences(normalise(t))}

@@ -212,13 +212,13 @@ def token_state_sums(encoder: PreTrainedModel, ids: np.ndarray, offsets: np.ndar
 
 def _eval_texts(task: str, split: str | None) -> list[str]:
     """The evaluation text of ``task`` (its dev and test text, which ingest kept out of the
-    pretraining corpus: ``data/downstream/<task>/eval_texts.parquet``), or of its ``split`` alone.
+    pretraining corpus: ``data/eval_texts/<task>.parquet``), or of its ``split`` alone.
 
     Raises:
         SourceError: the task's data is missing (stage ``downstream@<task>`` makes it), or has no
             text of ``split``.
     """
-    path = paths.DOWNSTREAM / task / paths.EVAL_TEXTS_FILE
+    path = paths.eval_texts(task)
     if not path.is_file():
         raise SourceError(f"{path} is missing: stage downstream@{task} makes it")
     table = pq.read_table(path)

@@ -8,6 +8,7 @@ import json
 import shutil
 import sys
 
+import pyarrow.parquet as pq
 import pytest
 import yaml
 
@@ -115,6 +116,19 @@ def test_every_stage_runs_and_produces_its_outputs(repo):
     manifest = json.loads((repo / "corpora" / "manifest.json").read_text())
     assert {e["source"] for e in manifest["files"]} == set(small_params()["sources"])  # the excerpts
     assert all(len(e["sha256"]) == 64 and e["bytes"] > 0 for e in manifest["files"])
+
+
+def test_datasets_reads_each_tasks_folder_as_is(repo, tmp_path, monkeypatch):
+    from datasets import load_dataset
+
+    repo, _, _ = repo
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path))
+    for task in ("sentiment", "lcqmc", "msra_mrc", "msra_ner"):
+        folder = repo / "data" / "downstream" / task
+        loaded = load_dataset("parquet", data_dir=str(folder))
+        assert sorted(loaded) == ["test", "train", "validation"], task  # dev.parquet is datasets' validation
+        assert loaded["validation"].num_rows == pq.read_metadata(folder / "dev.parquet").num_rows
+    assert (repo / "data" / "eval_texts" / "sentiment.parquet").is_file()
 
 
 def test_finetune_chooses_its_learning_rate_on_dev_and_its_outcomes_give_its_test_scores(repo):
