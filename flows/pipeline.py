@@ -11,6 +11,7 @@ import argparse
 import sys
 
 from prefect import flow, get_run_logger
+from prefect.client.schemas.objects import ConcurrencyLimitConfig, ConcurrencyLimitStrategy
 from prefect.deployments.runner import RunnerDeployment
 
 from tasks.core.stage import run_stage
@@ -30,8 +31,12 @@ def pipeline(force: bool = False) -> list[str]:
 
 
 def deployment(cron: str, name: str = DEPLOYMENT) -> RunnerDeployment:
-    """The scheduled deployment of :func:`pipeline` (what ``serve`` registers)."""
-    return pipeline.to_deployment(name=name, cron=cron, description="zhplm: dvc repro of the whole pipeline")
+    """The scheduled deployment of :func:`pipeline` (what ``serve`` registers): one run at a time, a run
+    scheduled while one is still going is cancelled (both would ``dvc repro`` one workspace, and the one
+    going will have done what the new one asks)."""
+    return pipeline.to_deployment(name=name, cron=cron, description="zhplm: dvc repro of the whole pipeline",
+                                  concurrency_limit=ConcurrencyLimitConfig(
+                                      limit=1, collision_strategy=ConcurrencyLimitStrategy.CANCEL_NEW))
 
 
 def main(argv: list[str]) -> None:

@@ -37,6 +37,8 @@ def test_nightly_deployment_can_be_built():
     dep = deployment("30 1 * * *")
     assert dep.name == DEPLOYMENT and dep.flow_name == "pipeline"
     assert [s.schedule.cron for s in dep.schedules] == ["30 1 * * *"]
+    # never two runs of one workspace at once: a run due while one is going is cancelled
+    assert dep.concurrency_limit == 1 and dep.concurrency_options.collision_strategy == "CANCEL_NEW"
 
 
 @flow
