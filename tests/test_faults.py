@@ -68,6 +68,30 @@ def test_a_killed_worker_fails_the_call_at_once_naming_the_job_and_the_signal(tm
     assert map_processes(lambda i: i * i, list(range(5)), 2, "t", str) == [0, 1, 4, 9, 16]
 
 
+def test_a_workers_log_lines_reach_the_stage_while_its_job_runs(tmp_path):
+    """Each job relays a line, then waits for the stage to have seen it (the stage answers by making a
+    file): lines handed over only when a job ends would leave every job waiting out its 60 s."""
+    from tasks.core.pool import relay
+
+    def job(i):
+        relay(f"job {i} started")
+        deadline = time.monotonic() + 60
+        while not (tmp_path / str(i)).exists():
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.05)
+        return True
+
+    seen = []
+
+    def on_log(index, line):
+        seen.append((index, line))
+        (tmp_path / str(index)).touch()
+
+    assert map_processes(job, [0, 1, 2], 2, "t", str, on_log=on_log) == [True, True, True]
+    assert sorted(seen) == [(i, f"job {i} started") for i in range(3)]
+
+
 def test_a_worker_terminated_alone_is_named_alone():
     """A SIGTERM to one worker (the other busy with its own job) names that worker's job only."""
     def job(i):

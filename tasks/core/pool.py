@@ -13,6 +13,9 @@ The one process pool of the pipeline (the shards of ``segment``, ``tokenize`` an
   the call owns its processes and watches their ``sentinel``, so it knows which one died and which
   job it held, and names that one alone. (``multiprocessing.Pool`` waits forever for a lost job;
   ``ProcessPoolExecutor`` fails every pending job and hides which worker ran which.)
+* **Log lines arrive as they are written**: a job that calls :func:`relay` in a worker has its line
+  handed to the call's ``on_log`` at once (a fine-tuning seed's epochs show in Prefect while it trains,
+  not when it ends).
 * Every way out but success (a job's error, a dead worker, Ctrl-C, Prefect's SIGTERM) kills the
   remaining workers at once; a worker dies with the stage, whatever kills the stage
   (:func:`tasks.core.lifetime.die_with_parent`). The call keeps no state outside itself, so it can
@@ -33,9 +36,19 @@ from tasks.core.errors import PipelineError
 from tasks.core.lifetime import die_with_parent
 
 
+_relay: Callable[[str], None] | None = None  # in a worker: sends a line of the job it runs to the stage
+
+
+def relay(line: str) -> None:
+    """In a worker of :func:`map_processes`: send ``line`` to the stage now (its ``on_log``); elsewhere print it."""
+    (_relay or print)(line)
+
+
 def _worker(conn: Connection, payload: bytes, parent: int) -> None:
     """A worker's life: ``(fn, initializer)`` from ``payload``, then ``(index, job)`` messages until an
-    empty one, each answered with ``(index, ok, result or exception)``."""
+    empty one, each answered with ``(index, ok, result or exception)``; before that answer, ``(index, None,
+    line)`` for each line the job relays (:func:`relay`)."""
+    global _relay
     # Ctrl-C is the stage's to handle (it kills the workers on its way out); a stage killed outright
     # takes its workers with it.
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
@@ -46,6 +59,7 @@ def _worker(conn: Connection, payload: bytes, parent: int) -> None:
         initializer()
     while message := conn.recv_bytes():
         index, job = cloudpickle.loads(message)
+        _relay = lambda line, index=index: conn.send_bytes(cloudpickle.dumps((index, None, line)))  # noqa: E731
         try:
             answer = (index, True, fn(job))
         except BaseException as exc:  # the stage re-raises it
@@ -67,7 +81,8 @@ def _signal_name(exitcode: int | None) -> str:
 
 
 def map_processes(fn: Callable[[Any], Any], jobs: list, workers: int, name: str, describe: Callable[[int], str],
-                  initializer: Callable[[], None] | None = None) -> list:
+                  initializer: Callable[[], None] | None = None,
+                  on_log: Callable[[int, str], None] | None = None) -> list:
     """``[fn(job) for job in jobs]`` on ``workers`` spawned processes, results in job order.
 
     Args:
@@ -76,6 +91,7 @@ def map_processes(fn: Callable[[Any], Any], jobs: list, workers: int, name: str,
         name: the stage, first word of the error line.
         describe: job index -> what it is, for the error line (``"shard 17"``, ``"seed 2"``).
         initializer: run in each worker before its first job (e.g. setting torch's threads).
+        on_log: ``on_log(job index, line)`` for each line a job relays (:func:`relay`), as it comes.
     Raises:
         PipelineError: a worker died while running a job (one line: the stage, the job, the signal).
         whatever ``fn`` raises for a failing job (the first to fail); the other workers are killed.
@@ -115,6 +131,10 @@ def map_processes(fn: Callable[[Any], Any], jobs: list, workers: int, name: str,
                     index, ok, value = cloudpickle.loads(conn.recv_bytes())
                 except EOFError:  # the worker is gone (its pipe closed with it)
                     dead.add(watched[conn])
+                    continue
+                if ok is None:  # a log line; the job goes on
+                    if on_log is not None:
+                        on_log(index, value)
                     continue
                 if not ok:
                     raise value

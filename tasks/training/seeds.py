@@ -14,7 +14,7 @@ from typing import Callable, TypeVar
 
 import torch
 
-from tasks.core.pool import map_processes
+from tasks.core.pool import map_processes, relay
 from tasks.core.stage import run_logger, stage_task
 from tasks.training.distributed import Ranks
 
@@ -28,11 +28,6 @@ def _seed_task(fn: SeedRun, seed: int, name: str):
     return fn(seed, log=run_logger().info)
 
 
-def _in_worker(fn: SeedRun, seed: int) -> tuple[object, list[str]]:
-    lines: list[str] = []
-    return fn(seed, log=lines.append), lines
-
-
 def map_seeds(fn: SeedRun, seeds: list[int], workers: int, device: torch.device, name: str,
               ranks: Ranks = Ranks()) -> list:
     """``[fn(seed, log=...) for seed in seeds]``, results in seed order.
@@ -44,7 +39,7 @@ def map_seeds(fn: SeedRun, seeds: list[int], workers: int, device: torch.device,
         workers: ``finetune.seed_workers``. Above 1, on CPU and in a stage of one process, the
             seeds run side by side in that many spawned processes of one intra-op thread each
             (module docstring; :func:`tasks.core.pool.map_processes`), their log lines relayed here as
-            ``<name>-seed-<seed>: ...`` when the seed ends. Otherwise (1, a GPU, DDP) each seed runs
+            ``<name>-seed-<seed>: ...`` as they are written. Otherwise (1, a GPU, DDP) each seed runs
             in turn here, as a Prefect task run ``<name>-seed-<seed>``.
         name: what the seeds run, for the task runs and log lines.
     Raises:
@@ -53,11 +48,7 @@ def map_seeds(fn: SeedRun, seeds: list[int], workers: int, device: torch.device,
     """
     if workers == 1 or device.type != "cpu" or ranks.world > 1:
         return [_seed_task(fn, seed, name) for seed in seeds]
-    logger, results = run_logger(), []
-    runs = map_processes(lambda seed: _in_worker(fn, seed), seeds, workers, name, lambda i: f"seed {seeds[i]}",
-                      initializer=lambda: torch.set_num_threads(1))
-    for seed, (result, lines) in zip(seeds, runs):
-        for line in lines:
-            logger.info(f"{name}-seed-{seed}: {line}")
-        results.append(result)
-    return results
+    logger = run_logger()
+    return map_processes(lambda seed: fn(seed, log=relay), seeds, workers, name, lambda i: f"seed {seeds[i]}",
+                         initializer=lambda: torch.set_num_threads(1),
+                         on_log=lambda i, line: logger.info(f"{name}-seed-{seeds[i]}: {line}"))
