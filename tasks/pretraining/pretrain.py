@@ -49,15 +49,14 @@ Snapshot = Callable[[float, dict], None]
 ``step``, ``tokens``, ``seconds`` and ``flops`` so far (called on rank 0)."""
 
 
-# A batch's width is padded to a multiple of these: length-grouped batches come in up to max_seq_length
-# widths, and each new shape costs a step its kernel selection. On CUDA (bert-base, H100, the pipeline's
-# data: 213k -> 330k tokens/s, benchmarks/README.md#gpu_check); 8 also keeps bf16 tensor-core tiles
-# aligned (Hugging Face's pad_to_multiple_of=8). On a CPU under bf16, oneDNN builds an AMX/AVX-512 bf16
-# primitive per shape and its cache (1,024 entries by default) thrashes on ragged widths (side
-# bf16_ragged of benchmarks/results/bf16.json). CPU fp32 batches keep their width: the padding would
-# cost more than the shapes.
+# On CUDA a batch's width is padded to a multiple of 8: length-grouped batches come in up to max_seq_length
+# widths, and each new shape costs a step its kernel selection (bert-base, H100, the pipeline's data:
+# 213k -> 330k tokens/s, benchmarks/README.md#gpu_check); 8 also keeps bf16 tensor-core tiles aligned
+# (Hugging Face's pad_to_multiple_of=8). CPU batches keep their width (1): in fp32 the padding costs more than
+# the shapes; CPU bf16 (opt-in) learned worse than fp32, and padded to 16 (for oneDNN's per-shape bf16
+# primitives) worse still (sides bf16 and bf16_padded of benchmarks/results/bf16.json).
 GPU_WIDTH_MULTIPLE = 8
-CPU_BF16_WIDTH_MULTIPLE = 16
+CPU_WIDTH_MULTIPLE = 1
 WIDE_KEYS = ("input_ids", "attention_mask", "token_type_ids")
 
 
@@ -192,13 +191,12 @@ class PretrainingRun:
             self.total = equal_flops_steps(model, data, self.schedule, self.total)
         model.to(device).train()
         self.opt = optimizer_for(model, cfg.learning_rate, cfg.weight_decay, fused=cfg.fused_adamw)
-        self.bf16 = use_bf16(cfg.bf16, device, model.hf.config.hidden_size)
-        if device.type == "cpu" and (self.bf16 or cfg.bf16 is True):
-            self.log(f"bf16 autocast on this CPU's native bf16 (pretrain.bf16: {str(cfg.bf16).lower()})"
-                     if self.bf16 else "pretrain.bf16: true, but this CPU has no native bf16 (avx512_bf16 or "
-                     "amx_bf16): fp32 (emulated bf16 runs at about 0.07x fp32)")
-        self.width_multiple = GPU_WIDTH_MULTIPLE if device.type == "cuda" else (
-            CPU_BF16_WIDTH_MULTIPLE if self.bf16 else 1)
+        self.bf16 = use_bf16(cfg.bf16, device)
+        if device.type == "cpu" and cfg.bf16 is True:
+            self.log("bf16 autocast on this CPU's native bf16 (pretrain.bf16: true)" if self.bf16 else
+                     "pretrain.bf16: true, but this CPU has no native bf16 (avx512_bf16 or amx_bf16): fp32 "
+                     "(emulated bf16 runs at about 0.07x fp32)")
+        self.width_multiple = GPU_WIDTH_MULTIPLE if device.type == "cuda" else CPU_WIDTH_MULTIPLE
         self.start, self.tokens, self.rows, self.elapsed_before, self.flops = 0, 0, [], 0.0, 0.0
         self.count_flops = getattr(model, "flops", None)
         self.at_step = snapshot_steps(snapshots, self.total)

@@ -1,10 +1,11 @@
 """Device choice, mixed precision and the CUDA switches, shared by pretraining, fine-tuning
 and the analyses.
 
-TF32 is a no-op on CPU. bf16 autocast runs on CUDA, and in pretraining also on a CPU with native
-bf16 matmuls (``avx512_bf16`` or AMX) where the model is wide enough for it to pay
-(:func:`use_bf16`); fine-tuning and the analyses run fp32 on CPU. Fused AdamW
-(:mod:`tasks.training.optim`) acts on both.
+TF32 is a no-op on CPU. bf16 autocast runs on CUDA, and in pretraining on a CPU with native bf16
+matmuls (``avx512_bf16`` or AMX) only when asked (``pretrain.bf16: true``, :func:`use_bf16`): whole CPU runs
+were slower than fp32 and learned worse (``benchmarks/results/bf16.json``); fine-tuning and the analyses run
+fp32 on CPU.
+Fused AdamW (:mod:`tasks.training.optim`) acts on both.
 """
 
 from __future__ import annotations
@@ -15,12 +16,6 @@ import torch
 
 from tasks.core.errors import ParamsError
 from tasks.core.machine import cpu
-
-BF16_CPU_MIN_HIDDEN = 256
-"""``pretrain.bf16: auto`` on a CPU with native bf16: autocast from this hidden size up. Measured on a 2-core
-Xeon with AMX, one pretraining step against fp32 (benchmarks/results/bf16.json): H128 L2 (the tiny preset)
-0.93-0.99x, H256 L4 1.25-1.31x, BERT-base 2.0x. Below it the casts cost what the matmuls gain."""
-
 
 def resolve_device(name: str = "auto", key: str = "device") -> torch.device:
     """``auto`` picks CUDA when present, else CPU; else the torch device ``name``.
@@ -56,15 +51,16 @@ def cpu_has_bf16() -> bool:
     return bool({"avx512_bf16", "amx_bf16"} & set(cpu()["isa"]))
 
 
-def use_bf16(setting: bool | Literal["auto"], device: torch.device, hidden_size: int) -> bool:
-    """Whether pretraining runs under bf16 autocast, from ``pretrain.bf16``: ``false`` never; ``true`` on CUDA
-    and on a CPU with native bf16 (:func:`cpu_has_bf16`; fp32 elsewhere: emulated bf16 is far slower);
-    ``auto`` on CUDA, and on such a CPU for an encoder of ``hidden_size`` >= :data:`BF16_CPU_MIN_HIDDEN`."""
+def use_bf16(setting: bool | Literal["auto"], device: torch.device) -> bool:
+    """Whether pretraining runs under bf16 autocast, from ``pretrain.bf16``: ``false`` never; ``auto`` on CUDA;
+    ``true`` on CUDA and on a CPU with native bf16 (:func:`cpu_has_bf16`; fp32 elsewhere: emulated bf16 is far
+    slower). ``auto`` keeps CPUs in fp32: there whole runs in bf16 were slower (oneDNN builds a primitive per
+    batch width) and left the early loss plateau later or not at all (``benchmarks/bf16.py``)."""
     if setting is False or device.type not in ("cuda", "cpu"):
         return False
     if device.type == "cuda":
         return True
-    return cpu_has_bf16() and (setting is True or hidden_size >= BF16_CPU_MIN_HIDDEN)
+    return setting is True and cpu_has_bf16()
 
 
 def autocast(device: torch.device, bf16: bool | None = None):
