@@ -397,3 +397,16 @@ def test_a_rank_correlation_of_constant_scores_reads_na_not_nan():
     assert _rank("msra_ner", "snapshots", [(6.1, 0.0), (5.9, 0.0), (5.5, 0.0)]) == [
         ["msra_ner", "snapshots", "3", "n/a (constant scores)", "-"]]
     assert _rank("sentiment", "snapshots", [(6.1, 80.0), (5.9, 82.0), (5.5, 85.0)])[0][3] == "+1.00"
+
+
+def test_the_layer_by_zone_heat_maps_stay_readable_when_scaled_to_the_page(tmp_path):
+    """Two models of 2 layers x 9 zones side by side made a 1659 x 287 px strip: a page column of about 980 px
+    showed it 170 px tall. One above the other, it keeps an aspect a page shows whole."""
+    from PIL import Image
+
+    from tasks.report.interpretability import NAMES, ZONES, _heatmaps
+
+    grids = {m: np.linspace(-2, 2, 2 * len(ZONES)).reshape(2, len(ZONES)) for m in ("mlm-42", "random-42")}
+    path = _heatmaps(grids, ["layer 0", "layer 1"], [NAMES[z] for z in ZONES], "ΔF1", tmp_path / "zones.png")
+    width, height = Image.open(path).size
+    assert width <= 1100 and height * 980 / max(width, 980) >= 350, (width, height)

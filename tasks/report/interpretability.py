@@ -28,21 +28,21 @@ NAMES = {z: ZONE_LABELS[z][3:] for z in ZONES}  # "No P2Q" -> "P2Q"
 
 
 def _heatmaps(grids: dict[str, np.ndarray], rows: list[str], cols: list[str], title: str, path: Path) -> Path:
-    """One ΔF1 heat map per model, diverging around 0, values written in the cells."""
-    width = max(2.6, 0.7 * len(cols) + 0.6)
-    fig, axes = plt.subplots(1, len(grids), figsize=(width * len(grids) + 1.2, 1.6 + 0.45 * len(rows)), dpi=110,
-                             squeeze=False, sharey=True, layout="constrained")
+    """One ΔF1 heat map per model, one above the other (side by side, a page-wide figure of 2 layers was a
+    strip too thin to read once scaled to the page), diverging around 0, values written in the cells."""
+    width = max(4.0, 0.7 * len(cols) + 1.6)
+    fig, axes = plt.subplots(len(grids), 1, figsize=(width + 1.2, 0.6 + (0.9 + 0.45 * len(rows)) * len(grids)),
+                             dpi=110, squeeze=False, sharex=True, layout="constrained")
     limit = max(1e-9, max(float(np.nanmax(np.abs(g))) for g in grids.values()))
-    for ax, (model, grid) in zip(axes[0], grids.items()):
+    for ax, (model, grid) in zip(axes[:, 0], grids.items()):
         image = ax.imshow(grid, cmap="RdBu", vmin=-limit, vmax=limit, aspect="auto")
         for (i, j), v in np.ndenumerate(grid):
-            ax.text(j, i, f"{v:+.1f}", ha="center", va="center", fontsize=7,
+            ax.text(j, i, f"{v:+.1f}", ha="center", va="center", fontsize=8,
                     color="white" if abs(v) > 0.6 * limit else "black")  # readable on dark cells
         ax.set_xticks(range(len(cols)), cols, rotation=45, ha="right", fontsize=8)
         ax.set_yticks(range(len(rows)), rows, fontsize=8)
         ax.set_title(model, fontsize=9)
-        ax.tick_params(axis="y", labelleft=ax is axes[0][0])
-    fig.colorbar(image, ax=axes[0].tolist(), shrink=0.8, label="ΔF1 (points)")
+    fig.colorbar(image, ax=axes[:, 0].tolist(), shrink=0.8, label="ΔF1 (points)")
     fig.suptitle(title, fontsize=10)
     return save_figure(fig, path)
 
