@@ -10,6 +10,7 @@ from transformers import AutoTokenizer
 
 from tasks.core import paths
 from tasks.core.io import atomic_outputs
+from tasks.core.model_dir import save_model_folder
 from tasks.core.metrics.base import write_metrics
 from tasks.core.metrics.multilingual import ContinuePretrainMetrics
 from tasks.core.params import load_params
@@ -46,8 +47,7 @@ def continue_pretrain(mixture: str) -> None:
     heldout_scores = {"before": before, "after": evaluate("after", before=before)}
     with atomic_outputs(paths.CONTINUED / mixture, paths.stage_metrics("continue_pretrain", mixture),
                         paths.stage_metrics("continue_pretrain", mixture, ".csv")) as (out, metrics, log_csv):
-        for part in (model, tokenizer):
-            part.save_pretrained(out)
+        save_model_folder(model, tokenizer, out)
         write_log(log_csv, summary.pop("rows"))
         write_metrics(metrics, ContinuePretrainMetrics(
             **summary, mixture=mixture, base_model=spec.base_model, vocab_size_before=old_vocab,

@@ -19,7 +19,7 @@ from prefect import flow
 from tasks.core import paths
 from tasks.core.errors import SourceError
 from tasks.core.io import atomic_outputs
-from tasks.core.model_dir import load_model, load_tokenizer
+from tasks.core.model_dir import load_model, load_tokenizer, save_model_folder
 from tasks.core.params import load_params
 from tasks.core.script import read_simplified
 from tasks.core.stage import run_stage
@@ -45,8 +45,7 @@ def import_model(name: str) -> None:
     if spec.script == "traditional":
         print(f"{name}: {read_simplified(model, tokenizer)} simplified characters read as their traditional forms")
     with atomic_outputs(paths.MODELS / name) as (out,):
-        model.save_pretrained(out)
-        tokenizer.save_pretrained(out)
+        save_model_folder(model, tokenizer, out)
 
 
 if __name__ == "__main__":

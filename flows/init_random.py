@@ -13,6 +13,7 @@ from transformers import AutoTokenizer
 
 from tasks.core import paths
 from tasks.core.io import atomic_outputs
+from tasks.core.model_dir import save_model_folder
 from tasks.core.params import load_params
 from tasks.core.stage import run_stage
 from tasks.pretraining.modeling import bert_config, new_masked_lm
@@ -26,8 +27,7 @@ def init_random(seed: str) -> None:
                          tokenizer.pad_token_id)
     model = new_masked_lm(config, seed, params.model)
     with atomic_outputs(paths.MODELS / paths.seeded("random", seed)) as (out,):
-        model.save_pretrained(out)
-        tokenizer.save_pretrained(out)
+        save_model_folder(model, tokenizer, out)
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ from transformers import AutoTokenizer, BertForMaskedLM
 
 from tasks.core import paths
 from tasks.core.io import atomic_outputs
+from tasks.core.model_dir import save_model_folder
 from tasks.core.metrics.base import write_metrics
 from tasks.core.metrics.multilingual import PruneVocabMetrics
 from tasks.core.params import load_params
@@ -28,8 +29,7 @@ def prune_vocab() -> None:
                                                           spec.languages, params.pretraining_data.max_seq_length)
     stats = {"mixture": spec.mixture, "languages": spec.languages, **checks}
     with atomic_outputs(paths.VOCAB_PRUNED, paths.stage_metrics("prune_vocab")) as (out, metrics):
-        pruned.save_pretrained(out)
-        pruned_tokenizer.save_pretrained(out)
+        save_model_folder(pruned, pruned_tokenizer, out)
         stats["model_bytes"] = {"before": (source / "model.safetensors").stat().st_size,
                                 "after": (out / "model.safetensors").stat().st_size}
         write_metrics(metrics, PruneVocabMetrics(**stats))

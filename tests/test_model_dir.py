@@ -11,7 +11,7 @@ from transformers import AutoTokenizer, BertConfig, BertForMaskedLM, BertTokeniz
 
 from tasks.core import paths
 from tasks.core.errors import SourceError
-from tasks.core.model_dir import MIN_VOCAB, check_weights, load_model, load_tokenizer
+from tasks.core.model_dir import MIN_VOCAB, check_weights, load_model, load_tokenizer, save_model_folder
 
 SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 CHARS = [chr(0x4E00 + i) for i in range(200)]  # 一丁丂...
@@ -144,3 +144,17 @@ def test_finetune_names_missing_split(good, tmp_path, monkeypatch):
                            paths.downstream_split("tnews", "train"))
     with pytest.raises(SourceError, match=r"data/downstream/tnews/dev\.parquet is missing: stage downstream@tnews"):
         flow.finetune.fn("bert", "tnews")
+
+
+def test_a_saved_folders_tokenizer_truncates_at_the_position_embeddings(good, tmp_path):
+    """Saved without model_max_length, a tokenizer truncates nothing (transformers' default is unbounded) and an
+    input past the position embeddings fails inside the model; save_model_folder sets it to them."""
+    from transformers import pipeline
+
+    save_model_folder(load_model(good, BertForMaskedLM.from_pretrained), load_tokenizer(good), tmp_path / "saved")
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path / "saved")
+    assert tokenizer.model_max_length == 64
+    long = "".join(CHARS) + "[MASK]"
+    assert len(tokenizer(long, truncation=True)["input_ids"]) == 64
+    fill = pipeline("fill-mask", model=str(tmp_path / "saved"), device="cpu")
+    assert len(fill("一" * 30 + "[MASK]" + "丁" * 150, tokenizer_kwargs={"truncation": True})) == 5

@@ -1,4 +1,4 @@
-"""Checked loading of a Hugging Face model folder (``models/<name>``, or a model to import).
+"""Checked loading of a Hugging Face model folder (``models/<name>``, or a model to import), and saving one.
 
 Transformers accepts broken folders silently or fails deep inside a library: a folder
 without tokenizer files gives a 5-token tokenizer that maps every character to [UNK]
@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Callable, TypeVar
 
 from safetensors import SafetensorError, safe_open
-from transformers import AutoModel, AutoTokenizer, PreTrainedTokenizerBase
+from transformers import AutoModel, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from tasks.core.errors import SourceError
 
@@ -92,3 +92,15 @@ def load_model(location: str | os.PathLike, load: Callable[[str | os.PathLike], 
         return load(location)
     except WEIGHT_ERRORS as exc:
         raise SourceError(f"{location}: cannot load the model: {_line(exc)}") from None
+
+
+def save_model_folder(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, folder: str | os.PathLike) -> None:
+    """``model`` and ``tokenizer`` as one Hugging Face model folder, the tokenizer's ``model_max_length`` set to
+    the model's ``max_position_embeddings``: unset, transformers takes it as unbounded, and a pipeline input
+    longer than the position embeddings fails inside the model (a tensor-size ``RuntimeError``) instead of
+    being truncated."""
+    limit = getattr(model.config, "max_position_embeddings", None)
+    if limit:
+        tokenizer.model_max_length = limit
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from safetensors.torch import save_file
 
 from tasks.core.io import atomic_outputs, read_json, write_json
+from tasks.core.model_dir import save_model_folder
 
 if TYPE_CHECKING:
     from tasks.pretraining.modeling import PretrainingModule
@@ -39,8 +40,7 @@ def save_pretrained(model: PretrainingModule, tokenizer, folder: Path) -> None:
     beside them in :data:`HEADS_FILE`, and which held-out measure it has (:mod:`tasks.pretraining.heldout`)
     in :data:`HEADS_INFO`."""
     for sub, hf in model.saved().items():
-        hf.save_pretrained(folder / sub)
-        tokenizer.save_pretrained(folder / sub)
+        save_model_folder(hf, tokenizer, folder / sub)
     write_json(folder / HEADS_INFO, {"heldout": model.heldout})
     if heads := model.extra_heads():
         save_file({k: v.contiguous() for k, v in heads.items()}, folder / HEADS_FILE)
