@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from tests.conftest import small_params
+from tests.conftest import ROOT, small_params
 from tasks.orchestration.progress import planned, ran_stages
 from tests.e2e.repo import lock_outs, params_problems, reproduced, run, write_params
 
@@ -129,6 +129,15 @@ def test_datasets_reads_each_tasks_folder_as_is(repo, tmp_path, monkeypatch):
         assert sorted(loaded) == ["test", "train", "validation"], task  # dev.parquet is datasets' validation
         assert loaded["validation"].num_rows == pq.read_metadata(folder / "dev.parquet").num_rows
     assert (repo / "data" / "eval_texts" / "sentiment.parquet").is_file()
+
+
+def test_dvc_plots_show_renders_the_pipelines_plots_on_the_offline_page(repo, tmp_path):
+    repo, env, _ = repo
+    page = ROOT / ".dvc" / "plots" / "offline.html"  # what the project's .dvc/config names
+    run(["dvc", "plots", "show", "--html-template", str(page), "-o", str(tmp_path / "plots")], repo, env)
+    html = (tmp_path / "plots" / "index.html").read_text(encoding="utf-8")
+    assert html.count("vegaEmbed(") >= 2 and "metrics/pretrain/mlm-42.csv" in html
+    assert "cdn.jsdelivr" not in html and "<script src=" not in html
 
 
 def test_finetune_chooses_its_learning_rate_on_dev_and_its_outcomes_give_its_test_scores(repo):
