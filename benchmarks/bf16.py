@@ -77,7 +77,8 @@ def point(o: Outcomes) -> dict:
     return {"loss": round(o.estimate, 4), "low": round(float(band.low), 4), "high": round(float(band.high), 4)}
 
 
-def pretrain(params, tokenizer, name: str, side: str, init: int, budget: int, heldout: tuple) -> tuple[dict, np.ndarray]:
+def pretrain(params, tokenizer, name: str, side: str, init: int, budget: int,
+             heldout: tuple) -> tuple[dict, np.ndarray]:
     """One whole pretraining run of ``side`` from initialisation ``init``: its tokens, seconds and held-out curve,
     and its final held-out counts."""
     pretraining, seed = build(params, "mlm"), params.pretrain.seeds[0]
