@@ -6,10 +6,9 @@ from one initialisation to the next, by more than precision moves the loss.
 
 * Sides: ``fp32``; ``bf16``, as the loop runs CPU bf16 (``pretrain.bf16: true``: ``torch.autocast("cpu",
   bfloat16)`` around the forward passes, matmuls in bf16, the losses and the optimizer in fp32; each batch at its
-  own width); with ``--sides fp32,bf16,bf16_padded`` also bf16 with each batch widened to a multiple of 16 (at
-  most the longest example: :data:`tasks.pretraining.pretrain.CPU_WIDTH_MULTIPLE`), which gives oneDNN, which
-  builds a bf16 primitive per shape, few shapes; the loop no longer pads on CPU, because that learned worse
-  still (``bf16`` of the result at commit 8c15591, then padded: ``git show 8c15591:benchmarks/results/bf16.json``).
+  own width); ``bf16_padded``, bf16 with each batch widened to a multiple of 16 (at most the longest example:
+  :data:`tasks.pretraining.pretrain.CPU_WIDTH_MULTIPLE`), which gives oneDNN, which builds a bf16 primitive per
+  shape, few shapes; the loop no longer pads on CPU, because that learned worse still.
 * Runs: :func:`tasks.pretraining.pretrain.train` as stage ``pretrain@mlm-42`` calls it: the data
   ``data/pretraining/mlm-42`` (``dvc repro pretraining_data@mlm``), the recipe its sweep chose
   (``data/recipes/mlm.json``) and its batches; the initial weights of each seed of ``--seeds``, the same for every
@@ -24,7 +23,7 @@ from one initialisation to the next, by more than precision moves the loss.
 On a CPU without native bf16 (no ``avx512_bf16``/``amx_bf16``: AVX2 only, bf16 emulated at about
 0.07x fp32) it says so and writes nothing. Writes ``benchmarks/results/bf16.json``::
 
-    python benchmarks/bf16.py [--seeds 42,43,44] [--sides fp32,bf16] [--wide-fraction 0.125]
+    python benchmarks/bf16.py [--seeds 42,43,44] [--sides fp32,bf16,bf16_padded] [--wide-fraction 0.125]
 """
 
 from __future__ import annotations
@@ -142,7 +141,7 @@ def side_by_side(params, tokenizer, size: str, sides: list[str], seeds: list[int
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", default="42,43,44", help="initialisations of the default model (comma-separated)")
-    parser.add_argument("--sides", default="fp32,bf16", help=f"of {', '.join(SIDES)}; fp32 first")
+    parser.add_argument("--sides", default=",".join(SIDES), help=f"of {', '.join(SIDES)}; fp32 first")
     parser.add_argument("--wide-fraction", type=float, default=0.125,
                         help="the wide model's budget, as a share of the default one (its fp32 run is 4x slower)")
     args = parser.parse_args(argv)

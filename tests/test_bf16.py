@@ -77,7 +77,7 @@ def tiny_model() -> PretrainingModel:
 
 def test_cpu_batches_keep_their_width_in_bf16_as_in_fp32(tmp_path, monkeypatch):
     """CPU bf16 batches padded to a multiple of 16 (for oneDNN's per-shape primitives) learned worse in every
-    initialisation tried (``benchmarks/bf16.py --sides fp32,bf16,bf16_padded``): no padding on CPU."""
+    initialisation tried (benchmarks/results/bf16.json, side bf16_padded): no padding on CPU."""
     monkeypatch.setattr(device_module, "cpu_has_bf16", lambda: True)
     data = examples(counting(64, seed=1, lengths=(5, 30)), seed=2)
     cfg = CFG.model_copy(update={"token_budget": 2_000, "batch_size": 8})
