@@ -76,8 +76,8 @@ def tiny_model() -> PretrainingModel:
 
 
 def test_cpu_batches_keep_their_width_in_bf16_as_in_fp32(tmp_path, monkeypatch):
-    """CPU bf16 batches padded to a multiple of 16 (for oneDNN's per-shape primitives) learned worse in every
-    initialisation tried (benchmarks/results/bf16.json, side bf16_padded): no padding on CPU."""
+    """CPU batches are not padded (benchmarks/results/bf16.json, side bf16_padded: padding to 16 for oneDNN's
+    per-shape primitives is still slower than fp32, and CPU bf16 is opt-in)."""
     monkeypatch.setattr(device_module, "cpu_has_bf16", lambda: True)
     data = examples(counting(64, seed=1, lengths=(5, 30)), seed=2)
     cfg = CFG.model_copy(update={"token_budget": 2_000, "batch_size": 8})
