@@ -8,7 +8,7 @@ from one initialisation to the next, by more than precision moves the loss.
   bfloat16)`` around the forward passes, matmuls in bf16, the losses and the optimizer in fp32; each batch at its
   own width); ``bf16_padded``, bf16 with each batch widened to a multiple of 16 (at most the longest example:
   :data:`tasks.pretraining.pretrain.CPU_WIDTH_MULTIPLE`), which gives oneDNN, which builds a bf16 primitive per
-  shape, few shapes (the loop does not pad on CPU).
+  shape, few shapes; the loop no longer pads on CPU, because that learned worse still.
 * Runs: :func:`tasks.pretraining.pretrain.train` as stage ``pretrain@mlm-42`` calls it: the data
   ``data/pretraining/mlm-42`` (``dvc repro pretraining_data@mlm``), the recipe its sweep chose
   (``data/recipes/mlm.json``) and its batches; the initial weights of each seed of ``--seeds``, the same for every
