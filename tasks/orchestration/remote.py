@@ -57,11 +57,8 @@ def missing_remote(root: str = ".") -> str | None:
 
 
 def _md5(path: Path) -> str:
-    digest = hashlib.md5()
     with path.open("rb") as f:
-        while chunk := f.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
+        return hashlib.file_digest(f, "md5").hexdigest()
 
 
 def _objects(lock: dict, folder: Path) -> Iterator[tuple[str, str, Path]]:
