@@ -29,7 +29,7 @@ from tasks.core import paths
 from tasks.core.model_dir import load_model, load_tokenizer
 from tasks.core.params import load_params
 from tasks.downstream.families import FAMILIES, load_task_data
-from tasks.downstream.finetuned import load_finetuned, model_file
+from tasks.downstream.finetuned import load_finetuned, model_folder
 
 sys.path.insert(0, str(Path(__file__).parent))
 from results import write_results  # noqa: E402  (benchmarks/results.py)
@@ -44,13 +44,13 @@ def main(argv: list[str] | None = None) -> int:
     cfg, seeds = params.compression, params.finetune.seeds
     teacher_dir = paths.MODELS / cfg.distill.teacher
     folder = paths.PREDICTIONS / paths.finetune_name(cfg.distill.teacher, args.task)
-    if not all(model_file(folder, s).is_file() for s in seeds):
+    if not all(model_folder(folder, s).is_dir() for s in seeds):
         sys.exit(f"the fine-tuned teachers in {folder} are missing: run `dvc repro` (or `make repro`) first")
     spec = params.task(args.task)
     family, training = FAMILIES[spec.family], params.finetune.for_task(spec)
     _, labels, data = load_task_data(args.task, family, ("train",), load_tokenizer(teacher_dir), training)
     train, device, base = data["train"], torch.device("cpu"), load_model(teacher_dir)
-    teachers = [load_finetuned(family, teacher_dir, labels, training, model_file(folder, s)) for s in seeds]
+    teachers = [load_finetuned(family, training, model_folder(folder, s)) for s in seeds]
     name, size = next(iter(cfg.students.items()))
     layer_map = student_layer_map(size, base.config.num_hidden_layers)
     kd = cfg.distill

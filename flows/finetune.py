@@ -24,6 +24,7 @@ from tasks.downstream.families import FAMILIES, load_task_data
 from tasks.downstream.finetune import learning_rate_grid, run_seed, score_test, summarize
 from tasks.downstream.finetuned import write_finetuned
 from tasks.downstream.outcomes import write_outcomes
+from tasks.report.cards import finetuned_card
 from tasks.training.distributed import join_process_group, run_training_stage
 from tasks.training.seeds import map_seeds
 
@@ -64,7 +65,9 @@ def finetune(model_name: str, task_name: str) -> None:
     name = paths.finetune_name(model_name, task_name)
     with atomic_outputs(paths.PREDICTIONS / name, paths.stage_metrics("finetune", name),
                         paths.stage_metrics("outcomes", name, ".parquet")) as (out, metrics_file, outcomes_file):
-        write_finetuned(out, cfg.seeds, results)
+        cards = [finetuned_card(model_name, task_name, family, seed, cfg.seeds, runs, metrics["training"], labels,
+                                outcomes, headline) for seed in cfg.seeds]
+        write_finetuned(out, cfg.seeds, results, tokenizer, cards)
         write_metrics(metrics_file, FinetuneMetrics(**metrics))
         write_outcomes(outcomes_file, spec.family, headline, outcomes)
 

@@ -21,6 +21,7 @@ from tasks.pretraining.pretrain import train, write_log
 from tasks.pretraining.pretraining_data import read_shards
 from tasks.pretraining.recipe import recipe
 from tasks.pretraining.saving import save_run, save_snapshot
+from tasks.report.cards import pretrained_card
 from tasks.training.distributed import join_process_group, run_training_stage
 
 
@@ -49,6 +50,7 @@ def pretrain(objective: str, seed: str) -> None:
     with atomic_outputs(paths.MODELS / name, paths.stage_metrics("pretrain", name),
                         paths.stage_metrics("pretrain", name, ".csv")) as (out, metrics, log_csv):
         summary["snapshots"] = save_run(model, tokenizer, out, snapshots, cfg.snapshots)
+        (out / "README.md").write_text(pretrained_card(name, summary), encoding="utf-8")
         write_log(log_csv, summary.pop("rows"))
         write_metrics(metrics, PretrainMetrics(**summary))
     clear_checkpoint(checkpoint)

@@ -10,7 +10,7 @@ import numpy as np
 import torch
 from transformers import BertConfig, BertForTokenClassification, BertModel
 
-from tasks.downstream.classification import MeanPoolClassifier
+from tasks.downstream.mean_pool import MeanPoolForSequenceClassification
 from tasks.downstream.finetune import fit
 from tasks.pretraining.masking import MaskingConfig
 from tasks.pretraining.examples import DynamicMasker, PretrainingExamples
@@ -71,7 +71,8 @@ def finetune(out: str, ranks: Ranks = Ranks(), device: torch.device = torch.devi
     config = BertConfig(vocab_size=60, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
                         intermediate_size=32, num_labels=3, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
     if head == "mean_pool":
-        model, data = MeanPoolClassifier(BertModel(config), 2, 0.0), SequenceLabels()
+        config.num_labels = 2
+        model, data = MeanPoolForSequenceClassification(config, BertModel(config)), SequenceLabels()
     else:
         model, data = BertForTokenClassification(config), TokenLabels()
     summary = fit(model, data, epochs=8, batch_size=8, lr=1e-3, warmup_fraction=0.1, weight_decay=0.01,

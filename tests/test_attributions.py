@@ -3,7 +3,7 @@
 import torch
 from transformers import BertConfig, BertModel
 
-from tasks.downstream.classification import MeanPoolClassifier
+from tasks.downstream.mean_pool import MeanPoolForSequenceClassification
 from tasks.interpretability.attributions import input_embeddings, integrated_gradients
 from tasks.report.attributions import attention_html, attribution_html, attributions_page
 from tasks.report.templating import TEMPLATES
@@ -12,8 +12,8 @@ from tasks.report.templating import TEMPLATES
 def test_integrated_gradients_are_complete_and_ignore_special_tokens():
     torch.manual_seed(0)
     config = BertConfig(vocab_size=20, hidden_size=8, num_hidden_layers=2, num_attention_heads=2,
-                        intermediate_size=16, max_position_embeddings=16)
-    model = MeanPoolClassifier(BertModel(config), 2, 0.0).eval()
+                        intermediate_size=16, max_position_embeddings=16, hidden_dropout_prob=0.0)
+    model = MeanPoolForSequenceClassification(config, BertModel(config)).eval()
     assert input_embeddings(model) is model.encoder.embeddings.word_embeddings
     batch = {"input_ids": torch.tensor([[2, 7, 8, 9, 3]]), "attention_mask": torch.ones(1, 5, dtype=torch.long),
              "token_type_ids": torch.zeros(1, 5, dtype=torch.long)}

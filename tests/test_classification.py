@@ -173,10 +173,16 @@ def _tiny_encoder():
                                 intermediate_size=32, max_position_embeddings=16))
 
 
-def test_mean_pool_head_ignores_padding_and_averages_token_states():
-    from tasks.downstream.classification import MeanPoolClassifier
+def _mean_pool(num_labels: int):
+    from tasks.downstream.mean_pool import MeanPoolForSequenceClassification
 
-    model = MeanPoolClassifier(_tiny_encoder(), num_labels=3, dropout=0.0).eval()
+    encoder = _tiny_encoder()
+    encoder.config.num_labels = num_labels
+    return MeanPoolForSequenceClassification(encoder.config, encoder)
+
+
+def test_mean_pool_head_ignores_padding_and_averages_token_states():
+    model = _mean_pool(3).eval()
     ids = torch.tensor([[2, 7, 9, 3, 0, 0]])
     mask = torch.tensor([[1, 1, 1, 1, 0, 0]])
     with torch.no_grad():
@@ -189,13 +195,11 @@ def test_mean_pool_head_ignores_padding_and_averages_token_states():
 
 
 def test_mean_pool_head_losses():
-    from tasks.downstream.classification import MeanPoolClassifier
-
     ids, mask = torch.tensor([[2, 7, 3], [2, 8, 3]]), torch.ones(2, 3, dtype=torch.long)
-    clf = MeanPoolClassifier(_tiny_encoder(), num_labels=2, dropout=0.0)
+    clf = _mean_pool(2).eval()
     out = clf(input_ids=ids, attention_mask=mask, labels=torch.tensor([0, 1]))
     torch.testing.assert_close(out.loss, torch.nn.functional.cross_entropy(out.logits, torch.tensor([0, 1])))
-    reg = MeanPoolClassifier(_tiny_encoder(), num_labels=1, dropout=0.0)
+    reg = _mean_pool(1).eval()
     out = reg(input_ids=ids, attention_mask=mask, labels=torch.tensor([0.5, 2.0]))
     torch.testing.assert_close(out.loss, ((out.logits[:, 0] - torch.tensor([0.5, 2.0])) ** 2).mean())
 

@@ -226,13 +226,10 @@ def parquet_table(table: pa.Table) -> pa.Table:
     return table.replace_schema_metadata(meta or None)
 
 
-def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
-    """Hex SHA-256 of a file's bytes."""
-    h = hashlib.sha256()
+def sha256_file(path: str | os.PathLike) -> str:
+    """Hex SHA-256 of a file's bytes (``hashlib.file_digest``: read in chunks)."""
     with open(path, "rb") as f:
-        while block := f.read(chunk):
-            h.update(block)
-    return h.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def sha256_tree(path: str | os.PathLike) -> str:

@@ -1,4 +1,4 @@
-"""Sequence classification: encoding, the mean-pooling head and metrics.
+"""Sequence classification: encoding and metrics (the mean-pooling head: :mod:`tasks.downstream.mean_pool`).
 
 Prepared splits share one schema (``data/downstream/<task>/{train,dev,test}.parquet``,
 :data:`tasks.downstream.records.SPLIT_SCHEMA`): ``id`` (string), ``text_a`` (string),
@@ -19,8 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 import torch
-from transformers import AutoModel, PreTrainedTokenizerBase
-from transformers.modeling_outputs import SequenceClassifierOutput
+from transformers import PreTrainedTokenizerBase
 
 from tasks.training.batching import pad_batch, ragged
 
@@ -85,49 +84,6 @@ class EncodedClassification:
                 "attention_mask": torch.from_numpy(valid.astype(np.int64)),
                 "labels": torch.from_numpy(self.labels[index].astype(
                     np.float32 if self.regression else np.int64))}
-
-
-class MeanPoolClassifier(torch.nn.Module):
-    """A classification (or regression) head on the mean of the encoder's last hidden
-    states over the non-padding tokens.
-
-    Why not BERT's head on [CLS]: MLM-only pretraining (no NSP) never trains the
-    [CLS] state nor the pooler, so a small model fine-tuned for a few hundred steps
-    starts from an uninformative sentence vector; the mean of the token states is
-    informative from the first step (mean pooling: Reimers and Gurevych 2019,
-    Sentence-BERT, §3 and Table 6). ``finetune.training.pooling: cls`` selects the Hugging
-    Face ``*ForSequenceClassification`` head instead.
-
-    ``forward(input_ids, attention_mask, token_type_ids=None, labels=None)`` takes
-    ``[B, L]`` tensors and ``labels [B]`` (``int64`` classes, or ``float32`` scores
-    when ``num_labels == 1``) and returns a ``SequenceClassifierOutput`` with
-    ``logits [B, num_labels]`` and, given labels, the cross-entropy (MSE for
-    regression) loss, as the Hugging Face head does.
-    """
-
-    def __init__(self, encoder: torch.nn.Module, num_labels: int, dropout: float):
-        super().__init__()
-        self.encoder = encoder
-        self.dropout = torch.nn.Dropout(dropout)
-        self.classifier = torch.nn.Linear(encoder.config.hidden_size, num_labels)
-        self.num_labels = num_labels
-
-    @classmethod
-    def from_pretrained(cls, path, num_labels: int, dropout: float) -> "MeanPoolClassifier":
-        encoder = AutoModel.from_pretrained(path, hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout)
-        return cls(encoder, num_labels, dropout)
-
-    def forward(self, input_ids, attention_mask, token_type_ids=None, labels=None) -> SequenceClassifierOutput:
-        hidden = self.encoder(input_ids=input_ids, attention_mask=attention_mask,
-                              token_type_ids=token_type_ids).last_hidden_state
-        mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
-        pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1)
-        logits = self.classifier(self.dropout(pooled))
-        loss = None
-        if labels is not None:
-            loss = (torch.nn.functional.mse_loss(logits.squeeze(-1).float(), labels.float()) if self.num_labels == 1
-                    else torch.nn.functional.cross_entropy(logits.float(), labels))
-        return SequenceClassifierOutput(loss=loss, logits=logits)
 
 
 # SciPy and scikit-learn are imported when a metric is computed, not with this module: they

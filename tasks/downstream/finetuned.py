@@ -1,11 +1,12 @@
 """What ``finetune@<model>-<task>`` leaves behind, and the stages that study it.
 
-Per seed, finetune saves the whole task model (``model-seed<k>.safetensors``: encoder and
-head), its dev and test predictions (``<split>-seed<k>.json[l]``), and every seed's scores
-(``scores.json``, no timings, so byte-identical whenever the models are), all in
-``results/finetune/<model>-<task>/``. The compression and interpretability stages study those
-models instead of training them again; :func:`task_run` is their common start (the task's params,
-its splits encoded for the model, the device) and :class:`TaskRun` reads the models back.
+Per seed, finetune saves the whole task model as a Hugging Face model folder (``seed<k>/``: config naming the
+labels, weights of encoder and head, tokenizer, model card; :func:`save_finetuned`), its dev and test
+predictions (``<split>-seed<k>.json[l]``), and every seed's scores (``scores.json``, no timings, so
+byte-identical whenever the models are), all in ``results/finetune/<model>-<task>/``. The compression and
+interpretability stages study those models instead of training them again; :func:`task_run` is their common
+start (the task's params, its splits encoded for the model, the device) and :class:`TaskRun` reads the models
+back.
 """
 
 from __future__ import annotations
@@ -16,25 +17,29 @@ from typing import Any
 
 import pyarrow as pa
 import torch
-from safetensors.torch import load_model as load_safetensors, save_model
+from transformers import AutoConfig, PreTrainedModel
 
 from tasks.core import paths
 from tasks.core.errors import SourceError
 from tasks.core.io import read_json, read_jsonl, write_json, write_jsonl
-from tasks.core.model_dir import WEIGHT_ERRORS, load_model, load_tokenizer
+from tasks.core.model_dir import load_model, load_tokenizer, save_model_folder
 from tasks.core.params import DownstreamTask, Params, Training
 from tasks.downstream.families import FAMILIES, Family, load_task_data
 from tasks.training.device import resolve_device
 
 
-def model_file(folder: Path, seed: int) -> Path:
-    """Where ``finetune`` keeps the model fine-tuned under ``seed``: ``<folder>/model-seed<seed>.safetensors``."""
-    return folder / f"model-seed{seed}.safetensors"
+def model_folder(folder: Path, seed: int) -> Path:
+    """Where ``finetune`` keeps the model fine-tuned under ``seed``: the model folder ``<folder>/seed<seed>``."""
+    return folder / f"seed{seed}"
 
 
-def save_finetuned(model: torch.nn.Module, file: Path) -> None:
-    """The whole task model (encoder and head) as one safetensors file (shared tensors once)."""
-    save_model(model, str(file))
+def save_finetuned(model: PreTrainedModel, tokenizer, folder: Path, card: str) -> None:
+    """The whole task model (encoder and head) with ``tokenizer`` as a Hugging Face model folder
+    (:func:`tasks.core.model_dir.save_model_folder`) and its model card ``card`` as ``README.md``: what
+    ``model.push_to_hub`` or ``huggingface_hub.upload_folder`` publishes. The config names the labels; a head of
+    this repository's (:mod:`tasks.downstream.mean_pool`) is saved as code beside the weights."""
+    save_model_folder(model, tokenizer, folder)
+    (folder / "README.md").write_text(card, encoding="utf-8")
 
 
 def write_scores(folder: Path, runs: list[dict]) -> None:
@@ -65,21 +70,22 @@ def read_scores(folder: Path, seeds: list[int], metrics: list[str]) -> list[dict
                           "rerun finetune (dvc repro finetune)") from None
 
 
-def load_finetuned(family, model_dir: Path, labels, training, file: Path) -> torch.nn.Module:
-    """A model :func:`save_finetuned` wrote: ``family``'s head on the encoder of ``model_dir`` (the
-    architecture), then every weight from ``file`` (strict), in eval mode.
+def load_finetuned(family, training, folder: Path) -> torch.nn.Module:
+    """A model folder :func:`save_finetuned` wrote, with ``family``'s head class for ``training``
+    (:meth:`~tasks.downstream.families.base.Family.head`), every weight required, in eval mode.
 
     Raises:
-        SourceError: ``file`` is missing, truncated, or does not fit the architecture (names it and
-            the stage that writes it).
+        SourceError: ``folder`` is missing, its weights are truncated, or they do not fit the head (names it
+            and the stage that writes it).
     """
-    if not file.is_file():
-        raise SourceError(f"{file} is missing: stage finetune writes it (dvc repro finetune)")
-    model = load_model(model_dir, lambda path: family.model(path, labels, training))
-    try:
-        load_safetensors(model, str(file), strict=True)
-    except WEIGHT_ERRORS as exc:
-        raise SourceError(f"{file}: not a fine-tuned model of {model_dir}: {str(exc).splitlines()[0]}") from None
+    if not (folder / "config.json").is_file():
+        raise SourceError(f"{folder} is not a model folder (no config.json): stage finetune writes it "
+                          "(dvc repro finetune)")
+    head = family.head(training)
+    model, info = load_model(folder, lambda path: head.from_pretrained(path, config=AutoConfig.from_pretrained(path),
+                                                                       output_loading_info=True))
+    if bad := {k: sorted(v)[:3] for k, v in info.items() if k != "error_msgs" and v}:
+        raise SourceError(f"{folder}: not a fine-tuned {head.__name__} ({bad})")
     return model.eval()
 
 
@@ -104,14 +110,15 @@ def read_predictions(folder: Path, split: str, seed: int) -> dict | list[dict]:
     return read_json(json_file) if json_file.is_file() else read_jsonl(folder / f"{split}-seed{seed}.jsonl")
 
 
-def write_finetuned(folder: Path, seeds: list[int], results: list[tuple[dict, dict, torch.nn.Module]]) -> None:
+def write_finetuned(folder: Path, seeds: list[int], results: list[tuple[dict, dict, torch.nn.Module]], tokenizer,
+                    cards: list[str]) -> None:
     """Every seed's fine-tuning in ``folder`` (created here): ``results`` holds per seed its scores, its
-    predictions (:func:`write_predictions`) and its model (:func:`save_finetuned`), as
-    :func:`tasks.downstream.finetune.run_seed` returns them; the scores go to ``scores.json``
-    (:func:`write_scores`)."""
+    predictions (:func:`write_predictions`) and its model (:func:`save_finetuned`, with ``tokenizer`` and the
+    seed's model card of ``cards``), as :func:`tasks.downstream.finetune.run_seed` returns them; the scores go
+    to ``scores.json`` (:func:`write_scores`)."""
     write_predictions(folder, {seed: predictions for seed, (_, predictions, _) in zip(seeds, results)})
-    for seed, (_, _, model) in zip(seeds, results):
-        save_finetuned(model, model_file(folder, seed))
+    for seed, (_, _, model), card in zip(seeds, results, cards):
+        save_finetuned(model, tokenizer, model_folder(folder, seed), card)
     write_scores(folder, [scores for scores, _, _ in results])
 
 
@@ -137,9 +144,9 @@ class TaskRun:
         """The model finetune fine-tuned under ``seed`` (:func:`load_finetuned`), on :attr:`device`.
 
         Raises:
-            SourceError: its file is missing or does not fit the model.
+            SourceError: its folder is missing or does not fit the head.
         """
-        model = load_finetuned(self.family, self.model_dir, self.labels, self.training, model_file(self.folder, seed))
+        model = load_finetuned(self.family, self.training, model_folder(self.folder, seed))
         return model.to(self.device)
 
     def scores(self, seeds: list[int]) -> list[dict]:

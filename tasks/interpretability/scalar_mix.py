@@ -8,7 +8,7 @@ ELMo's optional layer normalisation of each layer is left out, so ``s_j`` weigh 
 layers as they are. ``w`` starts at 0 (equal weights) and ``γ`` at 1.
 
 The task heads match the fine-tuning heads of :mod:`tasks.downstream.downstream`: the mean of
-the mixed token states for classification (as ``MeanPoolClassifier``), one linear
+the mixed token states for classification (as ``MeanPoolForSequenceClassification``), one linear
 layer per token for NER, so the comparison with full fine-tuning changes only
 whether the encoder is trained. :func:`feature_based` trains and scores one task
 (a Prefect task of stage ``scalar_mix``).

@@ -53,8 +53,8 @@ Snapshot = Callable[[float, dict], None]
 # widths, and each new shape costs a step its kernel selection (bert-base, H100, the pipeline's data:
 # 213k -> 330k tokens/s, benchmarks/README.md#gpu_check); 8 also keeps bf16 tensor-core tiles aligned
 # (Hugging Face's pad_to_multiple_of=8). CPU batches keep their width (1): in fp32 the padding costs more than
-# the shapes; CPU bf16 (opt-in) learned worse than fp32, and padded to 16 (for oneDNN's per-shape bf16
-# primitives) worse still (sides bf16 and bf16_padded of benchmarks/results/bf16.json).
+# the shapes; CPU bf16 (opt-in) is slower than fp32 at either width, ragged or padded to 16 for oneDNN's
+# per-shape bf16 primitives, and learns within noise of it over initialisations (benchmarks/results/bf16.json).
 GPU_WIDTH_MULTIPLE = 8
 CPU_WIDTH_MULTIPLE = 1
 WIDE_KEYS = ("input_ids", "attention_mask", "token_type_ids")

@@ -3,8 +3,8 @@ and the analyses.
 
 TF32 is a no-op on CPU. bf16 autocast runs on CUDA, and in pretraining on a CPU with native bf16
 matmuls (``avx512_bf16`` or AMX) only when asked (``pretrain.bf16: true``, :func:`use_bf16`): whole CPU runs
-were slower than fp32 and learned worse (``benchmarks/results/bf16.json``); fine-tuning and the analyses run
-fp32 on CPU.
+were slower than fp32 and learned within noise of it (``benchmarks/results/bf16.json``); fine-tuning and the
+analyses run fp32 on CPU.
 Fused AdamW (:mod:`tasks.training.optim`) acts on both.
 """
 
@@ -55,7 +55,7 @@ def use_bf16(setting: bool | Literal["auto"], device: torch.device) -> bool:
     """Whether pretraining runs under bf16 autocast, from ``pretrain.bf16``: ``false`` never; ``auto`` on CUDA;
     ``true`` on CUDA and on a CPU with native bf16 (:func:`cpu_has_bf16`; fp32 elsewhere: emulated bf16 is far
     slower). ``auto`` keeps CPUs in fp32: there whole runs in bf16 were slower (oneDNN builds a primitive per
-    batch width) and left the early loss plateau later or not at all (``benchmarks/bf16.py``)."""
+    batch width) for a held-out loss within noise of fp32's over initialisations (``benchmarks/bf16.py``)."""
     if setting is False or device.type not in ("cuda", "cpu"):
         return False
     if device.type == "cuda":

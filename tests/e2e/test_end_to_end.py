@@ -82,6 +82,8 @@ def test_every_stage_runs_and_produces_its_outputs(repo):
     assert [p["fraction"] for p in curve["points"]] == [*SNAPSHOTS, 1.0]
     assert all(p["loss"] > 0 for p in curve["points"]) and (repo / "models" / "mlm-42" / "snapshots" / "0.25").is_dir()
     pretrained = json.loads((repo / "metrics" / "pretrain" / "mlm-42.json").read_text())
+    card = (repo / "models" / "mlm-42" / "README.md").read_text()  # its model card, the gates' verdicts in it
+    assert card.startswith("---\nlanguage: zh") and all(f"| {g['name']} |" in card for g in pretrained["gates"])
     assert [s["fraction"] for s in pretrained["snapshots"]] == SNAPSHOTS and pretrained["flops"] > 0
     log = (repo / "metrics" / "pretrain" / f"{SECOND}-42.csv").read_text().splitlines()
     assert log[0].startswith("step,tokens,loss") and len(log) > 2
@@ -129,6 +131,49 @@ def test_datasets_reads_each_tasks_folder_as_is(repo, tmp_path, monkeypatch):
         assert sorted(loaded) == ["test", "train", "validation"], task  # dev.parquet is datasets' validation
         assert loaded["validation"].num_rows == pq.read_metadata(folder / "dev.parquet").num_rows
     assert (repo / "data" / "eval_texts" / "sentiment.parquet").is_file()
+
+
+def test_each_finetuned_model_loads_with_transformers_alone_and_predicts_the_stages_test_predictions(repo):
+    """Every task's fine-tuned model folder, loaded as a user of transformers would (its AutoModelFor* class and
+    pipeline, or the card's MRC decode), gives the stage's own test predictions on the test examples that need
+    no truncation (the stage keeps a long review's head and tail; the pipeline cuts its end)."""
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer, pipeline
+
+    from tasks.core.io import read_jsonl
+    from tasks.downstream.families import FAMILIES
+    from tasks.report.cards import usage
+
+    repo, _, _ = repo
+    for task in TASKS:
+        out = repo / "results" / "finetune" / f"mlm-42-{task}"
+        folder = out / "seed1"
+        training = json.loads((repo / "metrics" / "finetune" / f"mlm-42-{task}.json").read_text())["training"]
+        test = pq.read_table(repo / "data" / "downstream" / task / "test.parquet").to_pylist()
+        tokenizer, fits = AutoTokenizer.from_pretrained(folder), training["max_seq_length"]
+        assert tokenizer.model_max_length > fits and "---\nlanguage: zh" in (folder / "README.md").read_text()
+        stage = {r["id"]: r for r in read_jsonl(out / "test-seed1.jsonl")} if task != "msra_mrc" else \
+            json.loads((out / "test-seed1.json").read_text())
+        if task in ("sentiment", "lcqmc"):
+            model = AutoModelForSequenceClassification.from_pretrained(folder, trust_remote_code=True)
+            classify = pipeline("text-classification", model=model, tokenizer=tokenizer)
+            rows = [r for r in test if len(tokenizer(r["text_a"], r["text_b"])["input_ids"]) <= fits][:40]
+            got = classify([{"text": r["text_a"], "text_pair": r["text_b"]} if r["text_b"] else r["text_a"]
+                            for r in rows])
+            assert [g["label"] for g in got] == [model.config.id2label[stage[r["id"]]["prediction"]] for r in rows]
+        elif task == "msra_ner":
+            tag = pipeline("token-classification", model=str(folder))
+            rows = [r for r in test if len(r["tokens"]) <= fits - 2
+                    and all("\u4e00" <= t <= "\u9fff" for t in r["tokens"])]  # one token a character
+            for r in rows[:40]:
+                tags = {t["index"] - 1: t["entity"] for t in tag("".join(r["tokens"]))}
+                assert [tags.get(i, "O") for i in range(len(r["tokens"]))] == stage[r["id"]]["prediction"], r["id"]
+        else:
+            scope = {}
+            exec(usage(FAMILIES["mrc"], folder, training).replace("print(", "str("), scope)  # the card's code
+            rows = [r for r in test if len(tokenizer(r["question"], r["context"])["input_ids"]) <= fits
+                    and len(tokenizer.tokenize(r["question"])) <= training["max_query_length"]][:40]
+            assert [scope["answer"](r["question"], r["context"]) for r in rows] == [stage[r["id"]] for r in rows]
+        assert len(rows) >= 10, task
 
 
 def test_dvc_plots_show_renders_the_pipelines_plots_on_the_offline_page(repo, tmp_path):
@@ -246,7 +291,7 @@ def test_compression_stages(repo, monkeypatch):
     from tasks.core.model_dir import load_tokenizer
     from tasks.core.params import load_params
     from tasks.downstream.families import FAMILIES, load_task_data
-    from tasks.downstream.finetuned import load_finetuned, model_file, read_scores
+    from tasks.downstream.finetuned import load_finetuned, model_folder, read_scores
 
     repo, _, _ = repo
     for task in COMPRESSED:
@@ -280,8 +325,7 @@ def test_compression_stages(repo, monkeypatch):
         "variants"] if v["name"] == name)["runs"][0]["dev"]
     assert {m: scores[m] for m in spec.metrics} == recorded
     # the unpruned and teacher rows reuse finetune's recorded scores: they are what its saved model scores
-    model = load_finetuned(family, repo / "models" / f"{SECOND}-42", labels, training,
-                           model_file(repo / "results" / "finetune" / f"{SECOND}-42-msra_ner", 1))
+    model = load_finetuned(family, training, model_folder(repo / "results" / "finetune" / f"{SECOND}-42-msra_ner", 1))
     scores, _ = family.evaluate(model, data["dev"], tables["dev"], training, labels, spec.metrics,
                                 torch.device("cpu"))
     assert read_scores(repo / "results" / "finetune" / f"{SECOND}-42-msra_ner", [1], spec.metrics)[0]["dev"] == \

@@ -49,8 +49,8 @@ class Training(_Strict):
     dropout: float = Field(ge=0, lt=1, description="hidden and attention dropout while fine-tuning")
     eval_batch_size: int = Field(ge=1, description="examples per forward pass when predicting dev/test",
                                  json_schema_extra=INFRASTRUCTURE)
-    pooling: Literal["mean", "cls"] = Field(description="classification: sentence vector "
-                                            "(tasks.downstream.classification.MeanPoolClassifier) or BERT's [CLS] pooler")
+    pooling: Literal["mean", "cls"] = Field(description="classification: sentence vector, the mean of the "
+                                            "token states (tasks.downstream.mean_pool) or BERT's [CLS] pooler")
     doc_stride: int = Field(ge=1, description="MRC: tokens shared by consecutive windows")
     max_query_length: int = Field(ge=1, description="MRC: question tokens kept (BERT's run_squad: 64)")
     max_answer_length: int = Field(ge=1, description="MRC: longest answer, in tokens")

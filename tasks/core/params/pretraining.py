@@ -278,7 +278,7 @@ class Pretrain(_Strict):
     # precision and speed (tasks.pretraining.modeling.prepare_model, tasks.training.device.use_bf16)
     bf16: bool | Literal["auto"] = Field(
         "auto", description="bf16 autocast (mixed precision): auto on CUDA only; true also on CPUs with native "
-        "bf16 (avx512_bf16 or AMX; fp32 elsewhere), where it measured slower and learned worse (docs/running.md); "
+        "bf16 (avx512_bf16 or AMX; fp32 elsewhere), where it measured slower for the same loss (docs/running.md); "
         "false: fp32", json_schema_extra=INFRASTRUCTURE)
     tf32: bool = Field(True, description="CUDA: TF32 tensor cores for the fp32 matmuls left outside autocast",
                        json_schema_extra=INFRASTRUCTURE)

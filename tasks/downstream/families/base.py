@@ -8,7 +8,7 @@ from typing import Any, ClassVar, Protocol
 import numpy as np
 import pyarrow as pa
 import torch
-from transformers import PreTrainedTokenizerBase
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from tasks.core.params import Training
 from tasks.downstream.classic import Classic
@@ -41,8 +41,19 @@ class Family(Protocol):
     def labels(self, tables: dict[str, pa.Table]) -> list[str] | None:
         """Label names over all splits; ``None`` for regression and spans."""
 
+    pipeline_tag: ClassVar[str]
+    """The Hugging Face task of its fine-tuned models (``text-classification``, ...), as a model card names it."""
+    usage: ClassVar[str]
+    """Python that loads one of its fine-tuned model folders (``{folder}``) with transformers alone and uses it,
+    for the model card (``{max_seq_length}``, ``{n_best}``, ``{max_answer_length}``: the recipe's)."""
+
     def model(self, path: str | Path, labels: list[str] | None, training: Training) -> torch.nn.Module:
-        """The encoder at ``path`` with this family's head (dropout from ``training``)."""
+        """The encoder at ``path`` with this family's head (dropout from ``training``), its config naming the
+        labels (``id2label``, ``label2id``)."""
+
+    def head(self, training: Training) -> type[PreTrainedModel]:
+        """The class whose ``from_pretrained`` loads a fine-tuned model folder of this family (its ``AutoModelFor*``,
+        or the head of :mod:`tasks.downstream.mean_pool`)."""
 
     def encode(self, table: pa.Table, tokenizer: PreTrainedTokenizerBase, training: Training,
                labels: list[str] | None) -> Any:
@@ -78,6 +89,12 @@ class Family(Protocol):
 def dropout(rate: float) -> dict:
     """A Hugging Face config's dropout keywords at ``rate``."""
     return {"hidden_dropout_prob": rate, "attention_probs_dropout_prob": rate}
+
+
+def label_names(labels: list[str]) -> dict:
+    """A Hugging Face config's label keywords (``id2label``, ``label2id``) for class names in index order."""
+    return {"num_labels": len(labels), "id2label": dict(enumerate(labels)),
+            "label2id": {label: i for i, label in enumerate(labels)}}
 
 
 def require_counted(family: Family, metric: str) -> None:

@@ -10,8 +10,9 @@ from transformers import AutoModelForSequenceClassification
 
 from tasks.core.errors import SourceError
 from tasks.downstream import classic
-from tasks.downstream.classification import EncodedClassification, MeanPoolClassifier, score
-from tasks.downstream.families.base import baseline_scores, dropout, require_counted
+from tasks.downstream.classification import EncodedClassification, score
+from tasks.downstream.families.base import baseline_scores, dropout, label_names, require_counted
+from tasks.downstream.mean_pool import MeanPoolForSequenceClassification
 from tasks.downstream.finetune import predict
 from tasks.downstream.outcomes import F1, MACRO_F1, MEAN, PEARSON, f1_counts, in_order, mean_counts, moment_counts
 from tasks.downstream.records import table_labels
@@ -24,6 +25,13 @@ REGRESSION_SLACK = 1.0
 class Classification:
     name = "classification"
     percent = 100.0
+    pipeline_tag = "text-classification"
+    # the mean-pooling head is this repository's (tasks/downstream/mean_pool.py), saved beside the weights
+    usage = """from transformers import AutoModelForSequenceClassification, AutoTokenizer, pipeline
+
+model = AutoModelForSequenceClassification.from_pretrained("{folder}", trust_remote_code=True)
+classify = pipeline("text-classification", model=model, tokenizer=AutoTokenizer.from_pretrained("{folder}"))
+classify("这家酒店的服务很好。")  # a sentence pair: classify({{"text": a, "text_pair": b}})"""
     counted = {"accuracy": MEAN, "f1": F1, "macro_f1": MACRO_F1, "pearson": PEARSON}
 
     def eval_texts(self, table):
@@ -53,11 +61,13 @@ class Classification:
         return [str(i) for i in range(top + 1)]
 
     def model(self, path, labels, training):
-        num_labels = 1 if labels is None else len(labels)
-        if training.pooling == "mean":
-            return MeanPoolClassifier.from_pretrained(path, num_labels, training.dropout)
-        return AutoModelForSequenceClassification.from_pretrained(path, num_labels=num_labels,
-                                                                  **dropout(training.dropout))
+        config = {"num_labels": 1} if labels is None else label_names(labels)
+        load = (MeanPoolForSequenceClassification.from_encoder if training.pooling == "mean"
+                else AutoModelForSequenceClassification.from_pretrained)
+        return load(path, **config, **dropout(training.dropout))
+
+    def head(self, training):
+        return MeanPoolForSequenceClassification if training.pooling == "mean" else AutoModelForSequenceClassification
 
     def encode(self, table, tokenizer, training, labels):
         return EncodedClassification.encode(table, tokenizer, training.max_seq_length)

@@ -19,6 +19,34 @@ from tasks.downstream.squad import gold_texts, mrc_examples
 class Mrc:
     name = "mrc"
     percent = 1.0
+    pipeline_tag = "question-answering"
+    # transformers 5 has no question-answering pipeline: the n-best search of tasks.downstream.mrc_decode, for a
+    # context that fits one window (the stage slides windows over a longer one)
+    usage = """import torch
+from transformers import AutoModelForQuestionAnswering, AutoTokenizer
+
+model = AutoModelForQuestionAnswering.from_pretrained("{folder}").eval()
+tokenizer = AutoTokenizer.from_pretrained("{folder}")
+
+
+def answer(question, context, n_best={n_best}, max_answer_length={max_answer_length}):
+    enc = tokenizer(question, context, truncation="only_second", max_length={max_seq_length},
+                    return_offsets_mapping=True, return_tensors="pt")
+    offsets = enc.pop("offset_mapping")[0]
+    in_context = torch.tensor([i for i, s in enumerate(enc.sequence_ids(0)) if s == 1])
+    with torch.no_grad():
+        out = model(**enc)
+    start, end = out.start_logits[0], out.end_logits[0]
+    k = min(n_best, len(in_context))
+    starts = in_context[start[in_context].topk(k).indices].sort().values
+    ends = in_context[end[in_context].topk(k).indices].sort().values
+    score = start[starts][:, None] + end[ends][None, :]  # span (s, e): s <= e, at most max_answer_length tokens
+    width = ends[None, :] - starts[:, None]
+    i, j = divmod(int(score.masked_fill((width < 0) | (width >= max_answer_length), -torch.inf).argmax()), k)
+    return context[offsets[starts[i]][0]:offsets[ends[j]][1]]
+
+
+print(answer("哪里有科学院？", "中国科学院位于北京。"))"""
     counted = {"em": MEAN, "f1": MEAN, "average": MEAN}
 
     def eval_texts(self, table):
@@ -32,6 +60,9 @@ class Mrc:
 
     def model(self, path, labels, training):
         return AutoModelForQuestionAnswering.from_pretrained(path, **dropout(training.dropout))
+
+    def head(self, training):
+        return AutoModelForQuestionAnswering
 
     def encode(self, table, tokenizer, training, labels):
         return MrcFeatures.encode(mrc_examples(table), tokenizer, training.max_seq_length, training.doc_stride,

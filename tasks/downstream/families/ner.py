@@ -9,7 +9,7 @@ from transformers import AutoModelForTokenClassification
 
 from tasks.downstream import classic
 from tasks.downstream.conll import entity_counts, label_list, ner_sentences
-from tasks.downstream.families.base import baseline_scores, dropout, require_counted
+from tasks.downstream.families.base import baseline_scores, dropout, label_names, require_counted
 from tasks.downstream.finetune import predict
 from tasks.downstream.ner import EncodedNer, decode as decode_tags, ner_metrics
 from tasks.downstream.ner_mrc import bio_spans
@@ -29,6 +29,11 @@ def _spans(tokens: list[str], tags: list[str]) -> str:
 class Ner:
     name = "ner"
     percent = 100.0
+    pipeline_tag = "token-classification"
+    usage = """from transformers import pipeline
+
+tag = pipeline("token-classification", model="{folder}", aggregation_strategy="simple")
+tag("中国科学院位于北京。")  # [{{"entity_group": ..., "word": ..., "start": ..., "end": ...}}]"""
     counted = {"f1": F1, "precision": Reduction("ratio", 0, 1), "recall": Reduction("ratio", 0, 2)}
 
     def eval_texts(self, table):
@@ -41,9 +46,10 @@ class Ner:
         return label_list([s for t in tables.values() for s in ner_sentences(t)])
 
     def model(self, path, labels, training):
-        return AutoModelForTokenClassification.from_pretrained(
-            path, num_labels=len(labels), id2label=dict(enumerate(labels)),
-            label2id={label: i for i, label in enumerate(labels)}, **dropout(training.dropout))
+        return AutoModelForTokenClassification.from_pretrained(path, **label_names(labels), **dropout(training.dropout))
+
+    def head(self, training):
+        return AutoModelForTokenClassification
 
     def encode(self, table, tokenizer, training, labels):
         return EncodedNer.encode(ner_sentences(table), tokenizer, labels, training.max_seq_length)
