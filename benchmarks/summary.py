@@ -25,7 +25,8 @@ from tasks.core.machine import describe  # noqa: E402
 from tasks.orchestration.code_deps import _imports, import_closure  # noqa: E402  (after the path)
 RESULTS = HERE / "results"
 README = HERE / "README.md"
-LONG = {"study_workers": "a reduced study run twice, about 75 minutes of both cores"}
+LONG = {"study_workers": "a reduced study run twice, about 75 minutes of both cores",
+        "bf16": "nine whole pretraining runs (three sides x three initialisations), about 45 minutes of both cores"}
 """Benchmarks too long to retake in the stop whose change made them stale (beside its default run and tests):
 such a result stays marked *older than the code it measures* here and in the test's skip until a stop retakes it,
 as a GPU result does until a GPU is lent. Every other CPU result must be retaken with the change."""

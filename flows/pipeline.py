@@ -16,6 +16,7 @@ from prefect.deployments.runner import RunnerDeployment
 
 from tasks.core.stage import run_stage
 from tasks.orchestration.repro import repro_stage, stage_order
+from tasks.orchestration.serving import serve
 
 DEPLOYMENT = "nightly"
 
@@ -48,9 +49,7 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--force", action="store_true", help="rerun every stage even if unchanged")
     args = parser.parse_args(argv)
     if args.command == "serve":
-        from prefect import serve as prefect_serve
-
-        prefect_serve(deployment(args.cron, args.name))
+        serve(deployment(args.cron, args.name))  # stopped, it cancels its runs in flight
     else:
         pipeline(args.force)
 

@@ -14,7 +14,7 @@ from tasks.core.io import atomic_outputs
 from tasks.core.params import load_params
 from tasks.core.stage import run_stage
 from tasks.report.common import missing_inputs
-from tasks.report.html import to_html
+from tasks.report.html import inline_figures, to_html
 from tasks.report.report import TITLE, build_report
 
 
@@ -32,7 +32,8 @@ def report() -> None:
         md_file.write_text(text, encoding="utf-8")
         html_file.write_text(to_html(text.replace("](figures/", f"]({figures.name}/"), out, TITLE),
                              encoding="utf-8")
-    create_markdown_artifact(markdown=text, key="zhplm-report", description=TITLE)
+    # the figures inlined: the Prefect UI cannot follow the report's relative figures/ links
+    create_markdown_artifact(markdown=inline_figures(text, out), key="zhplm-report", description=TITLE)
 
 
 if __name__ == "__main__":

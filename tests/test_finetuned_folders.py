@@ -113,7 +113,8 @@ def test_a_folder_that_is_not_a_finetuned_model_is_refused_by_name(tmp_path, bas
 def test_cards_are_hugging_face_cards_with_the_runs_scores_and_intervals():
     family = FAMILIES["classification"]
     counts = {s: mean_counts(np.random.default_rng(s).integers(0, 2, 200).astype(float)) for s in (1, 2)}
-    runs = [{"seed": s, "dev": {"accuracy": 0.6}, "test": {"accuracy": float(c[:, 0].mean())}}
+    runs = [{"seed": s, "dev": {"accuracy": 0.6}, "test": {"accuracy": float(c[:, 0].mean()),
+                                                            "per_type": {"LOC": {"f1": 0.5}}}}  # as NER's
             for s, c in counts.items()]
     text = finetuned_card("mlm-42", "sentiment", family, 1, [1, 2], runs, {"learning_rate": 1e-4}, ["neg", "pos"],
                           counts, "accuracy")

@@ -4,6 +4,7 @@ its variance decomposition, the stages of the run times; every section template 
 (StrictUndefined) from the committed metrics and from none; the HTML page with the shared
 stylesheet."""
 
+import base64
 import json
 import re
 import shutil
@@ -27,7 +28,7 @@ from tasks.report.curves import curves_section
 from tasks.report.errors import errors_section
 from tasks.report.findings import comparison_section, findings_rows, findings_section
 from tasks.report.finetune import as_fractions, finetune_results, finetune_section
-from tasks.report.html import to_html
+from tasks.report.html import inline_figures, to_html
 from tasks.report.interpretability import interpretability_section
 from tasks.report.multilingual import multilingual_section
 from tasks.pretraining.objectives import describe
@@ -374,6 +375,10 @@ def test_html_page_inlines_figures_and_the_shared_stylesheet(tmp_path):
     assert page.startswith("<!DOCTYPE html>") and "<title>T &amp; U</title>" in page
     assert (TEMPLATES / "style.css").read_text(encoding="utf-8").strip() in page
     assert 'src="data:image/png;base64,' in page and "<table>" in page and 'class="wide"' not in page
+    # the Prefect artifact's Markdown: the same figure inlined, a link elsewhere kept
+    md = inline_figures("![plot](figures/x.png) and [the data](figures/x.csv)", tmp_path)
+    png = base64.b64encode((tmp_path / "figures" / "x.png").read_bytes()).decode()
+    assert md == f"![plot](data:image/png;base64,{png}) and [the data](figures/x.csv)"
 
 
 def test_the_report_names_each_input_of_dvc_yaml_that_is_missing(tmp_path):

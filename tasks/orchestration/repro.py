@@ -10,13 +10,17 @@ dependencies changed; Prefect caching is off, so Prefect never skips a stage DVC
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 from collections import deque
+from functools import partial
 
 import networkx as nx
 from prefect import get_run_logger
 
 from tasks.core.errors import PipelineError
+from tasks.core.lifetime import die_with_parent
 from tasks.core.stage import stage_task
 
 
@@ -54,7 +58,9 @@ def run_logged(cmd: list[str], stage: str) -> None:
     logger = get_run_logger()
     errors: list[str] = []
     tail: deque[str] = deque(maxlen=5)
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    # dvc repro (and so its stage) dies with this flow run's process: a served run ended with its server
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            preexec_fn=partial(die_with_parent, signal.SIGTERM, os.getpid()))
     assert proc.stdout is not None
     for line in proc.stdout:
         line = line.rstrip()

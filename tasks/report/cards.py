@@ -55,14 +55,15 @@ def finetuned_card(model: str, task: str, family, seed: int, seeds: list[int], r
     from tasks.report.statistics import Outcomes, interval  # SciPy: imported by finetune, not by pretrain
 
     run = next(r for r in runs if r["seed"] == seed)
+    test = {m: v for m, v in run["test"].items() if isinstance(v, float)}  # NER's per_type breakdown left out
     name = f"{model}-{task}-seed{seed}"
     data = ModelCardData(language="zh", license="other", library_name="transformers", tags=["zhplm", task],
                          pipeline_tag=family.pipeline_tag, model_name=name, eval_results=[
                              EvalResult(task_type=family.pipeline_tag, dataset_type=task, dataset_name=task,
                                         dataset_split="test", metric_type=m, metric_value=round(v * family.percent, 4))
-                             for m, v in run["test"].items()])
+                             for m, v in test.items()])
     rows = ["| metric | this model | mean of the fine-tuning seeds |", "|---|---|---|"]
-    for metric, value in run["test"].items():
+    for metric, value in test.items():
         mean = np.mean([r["test"][metric] for r in runs])
         mine, theirs = _points(value, family.percent), _points(mean, family.percent)
         if metric == headline and counts:
@@ -73,7 +74,7 @@ def finetuned_card(model: str, task: str, family, seed: int, seeds: list[int], r
             theirs += f" [{_points(every.low, family.percent)}, {_points(every.high, family.percent)}]"
         rows.append(f"| {metric} | {mine} | {theirs} |")
     scores = "\n".join(rows)
-    dev = ", ".join(f"{m} {_points(v, family.percent)}" for m, v in run["dev"].items())
+    dev = ", ".join(f"{m} {_points(v, family.percent)}" for m, v in run["dev"].items() if isinstance(v, float))
     return _card(data, f"{model} fine-tuned on {task} (seed {seed})", [
         f"`{model}` (its own card: `models/{model}/README.md`) with a {family.name} head, fine-tuned on the zhplm "
         f"task `{task}` under fine-tuning seed {seed} of {seeds}, keeping the weights of its best dev epoch."
@@ -106,9 +107,11 @@ def pretrained_card(name: str, summary: dict) -> str:
         "`AutoTokenizer.from_pretrained(folder)` its tokenizer; `snapshots/` holds the model at fractions of its "
         "budget, which a hub upload leaves out (`huggingface_hub.upload_folder(folder_path=folder, repo_id=..., "
         "ignore_patterns=[\"snapshots/*\"])`; `model.push_to_hub` uploads the model alone).",
-        "## Did it learn its objective?\n\nThe pipeline compares only models that pass every gate "
-        "(`tasks/pretraining/gates.py`): each value's 95% interval on the wanted side of its trivial baseline.\n\n"
-        + ("\n".join(rows) if gates else "No gate applies to this objective."),
+        "## Did it learn its objective?\n\nIts held-out gates (`tasks/pretraining/gates.py`: the objective's loss "
+        "and accuracy against its trivial solution, and no collapsed representations, each value's 95% interval "
+        f"on the wanted side) are measured at each snapshot by stage `curves@{name}` and listed in the report, "
+        "which compares only models that pass them. The gates read from its training log: "
+        + ("\n\n" + "\n".join(rows) if gates else "none for this objective."),
         "## Setup and budget\n\n" + _json_block(setup),
         LICENCE, REPRODUCE.format(stage=f"pretrain@{name}"),
     ])

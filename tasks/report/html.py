@@ -12,15 +12,19 @@ import markdown
 
 from tasks.report.templating import render
 
-_IMG = re.compile(r'<img alt="([^"]*)" src="([^"]+)"')
+_IMAGE = re.compile(r"!\[([^\]]*)\]\(([^)\s]+\.png)\)")
+
+
+def inline_figures(md_text: str, base: Path) -> str:
+    """``md_text`` with each PNG image it links (``![alt](path)``, the path relative to ``base``) inlined as a
+    base64 data URI: Markdown that shows its figures wherever it is read (the HTML page, a Prefect artifact)."""
+    def inline(m: re.Match) -> str:
+        return f"![{m.group(1)}](data:image/png;base64,{base64.b64encode((base / m.group(2)).read_bytes()).decode()})"
+
+    return _IMAGE.sub(inline, md_text)
 
 
 def to_html(md_text: str, base: Path, title: str) -> str:
     """Self-contained HTML: Markdown rendered, images (paths relative to ``base``) inlined."""
-    body = markdown.markdown(md_text, extensions=["tables", "fenced_code"])
-
-    def inline(m: re.Match) -> str:
-        data = base64.b64encode((base / m.group(2)).read_bytes()).decode()
-        return f'<img alt="{m.group(1)}" src="data:image/png;base64,{data}"'
-
-    return render("report.html.j2", title=title, wide=False, body=_IMG.sub(inline, body))
+    body = markdown.markdown(inline_figures(md_text, base), extensions=["tables", "fenced_code"])
+    return render("report.html.j2", title=title, wide=False, body=body)
